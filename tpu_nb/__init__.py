@@ -1,0 +1,56 @@
+"""tpu_nb: fine-tune Hugging Face transformers on TPUs from a notebook.
+
+`%load_ext tpu_nb` registers `%tpu_info` and `%%tpu_train`. Importing this
+package is cheap on purpose: every forked TPU worker imports it too, so
+IPython, ipywidgets, torch and torch_xla are only imported where used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from tpu_nb.runtime import RuntimePanel
+
+
+class TpuNbWarning(UserWarning):
+    """Warnings tpu_nb itself emits (the test suite turns them into errors)."""
+
+
+def load_ipython_extension(ipython: InteractiveShell) -> None:
+    """`%load_ext tpu_nb`: register the magics (imported only now)."""
+    from tpu_nb.magics import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: InteractiveShell) -> None:
+    """`%unload_ext tpu_nb`: remove what `load_ipython_extension` added."""
+    from tpu_nb.magics import unload
+
+    unload(ipython)
+
+
+def launch(fn: Any, *args: Any, **options: Any) -> Any:
+    """Run `fn(*args)` on every XLA device; see `tpu_nb.launcher.launch`."""
+    from tpu_nb.launcher import launch as _launch
+
+    return _launch(fn, *args, **options)
+
+
+def report(step: int | None = None, loss: Any = None, **metrics: Any) -> None:
+    """Send training progress from a worker; see `tpu_nb.progress.report`."""
+    from tpu_nb.progress.reporter import report as _report
+
+    _report(step=step, loss=loss, **metrics)
+
+
+def runtime_panel() -> RuntimePanel:
+    """A displayable summary of this runtime (what `%tpu_info` shows)."""
+    from tpu_nb.runtime import RuntimePanel, detect
+
+    return RuntimePanel(detect())

@@ -1,0 +1,51 @@
+"""Exceptions a launch raises in the notebook, each rendered without noise."""
+
+from __future__ import annotations
+
+from IPython.core.error import UsageError
+
+
+class LaunchRefused(UsageError):
+    """Nothing was started: the message says what to fix first."""
+
+
+class WorkerError(Exception):
+    """The user's code raised in a worker.
+
+    IPython shows `_render_traceback_()` instead of our own frames: the
+    worker's traceback, pointing into the cell as the user wrote it.
+    """
+
+    def __init__(self, rank: int, world_size: int, type_name: str, message: str, traceback_lines: list[str]) -> None:
+        super().__init__(f"rank {rank} of {world_size} raised {type_name}: {message}")
+        self.rank = rank
+        self.world_size = world_size
+        self.type_name = type_name
+        self.traceback_lines = traceback_lines
+
+    def _render_traceback_(self) -> list[str]:
+        return [*self.traceback_lines, f"(raised in the worker for rank {self.rank} of {self.world_size}; every worker was stopped)"]
+
+    def __str__(self) -> str:
+        return "\n".join([self.args[0], "", *self.traceback_lines])
+
+
+class WorkerDied(RuntimeError):
+    """A worker process ended without a Python exception (a signal, an abort)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"WorkerDied: {self}"]
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """The run was interrupted; every worker was terminated."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"TrainingInterrupted: {self}"]
+
+
+class TrainingTimedOut(TimeoutError):
+    """`--timeout` expired; every worker was terminated."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"TrainingTimedOut: {self}"]

@@ -1,0 +1,28 @@
+"""Checks made in the kernel before anything is forked."""
+
+from __future__ import annotations
+
+from tpu_nb.launcher.environment import CoresUnavailable, WorkerEnvironment, plan_environment
+from tpu_nb.launcher.errors import LaunchRefused
+from tpu_nb.launcher.options import LaunchOptions
+from tpu_nb.runtime import RuntimeInfo
+
+
+def check_can_launch(info: RuntimeInfo, options: LaunchOptions, running: str | None) -> WorkerEnvironment:
+    """The workers' environment, or `LaunchRefused` listing every problem with its fix."""
+    problems = []
+    if running is not None:
+        problems.append(
+            f"{running} is still running in this kernel. Wait for it to end, or interrupt it "
+            "(Kernel > Interrupt) before starting another: TPU cores cannot be shared between runs."
+        )
+    problems += [f"{problem.message}\n  Fix: {problem.fix}" for problem in info.errors]
+    problems += options.problems()
+    environment = None
+    try:
+        environment = plan_environment(info, options.cores)
+    except CoresUnavailable as error:
+        problems.append(str(error))
+    if problems or environment is None:
+        raise LaunchRefused("tpu_nb did not start the workers:\n" + "\n".join(f"- {problem}" for problem in problems))
+    return environment

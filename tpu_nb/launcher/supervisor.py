@@ -1,0 +1,110 @@
+"""The supervisor: a process forked from the kernel that runs `xmp.spawn`.
+
+It leads its own process group, so the kernel can end the supervisor, every
+worker and anything they started (DataLoader workers) with one `killpg`,
+and so Jupyter's SIGINT to the kernel's group never reaches a worker
+half-way through an XLA call. If the kernel dies, the kernel's death signal
+ends the supervisor and the supervisor's ends each worker.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import threading
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tpu_nb.launcher import worker
+from tpu_nb.launcher.environment import WorkerEnvironment
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorReport:
+    """How `xmp.spawn` ended; written to the run dir for the kernel."""
+
+    error: str | None
+    exit_codes: dict[int, int] = field(default_factory=dict)  # worker pid -> exit code, in order of exit
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when the process that forked it exits."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def supervise(payload: worker.WorkerPayload, environment: WorkerEnvironment, kernel_pid: int) -> int:
+    """Run the workers; return the supervisor's exit code. Runs in the forked child."""
+    os.setpgid(0, 0)
+    die_with_parent()
+    if os.getppid() != kernel_pid:  # the kernel died before the line above
+        return 1
+    worker.capture_output(payload.writer)
+    environment.apply()
+    worker.PAYLOAD = payload
+    os.register_at_fork(after_in_child=_become_worker)
+    tracker = _ExitTracker()
+    try:
+        import torch_xla.distributed.xla_multiprocessing as xmp
+
+        xmp.spawn(worker.run_worker, start_method="fork")
+    except BaseException as error:  # noqa: BLE001 - reported to the kernel, whatever it is
+        report = SupervisorReport("".join(traceback.format_exception_only(type(error), error)).strip(), tracker.stop())
+        code = 1
+    else:
+        report = SupervisorReport(None, tracker.stop())
+        code = 0
+    (payload.run_dir / "supervisor.pkl").write_bytes(pickle.dumps(report))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+def _become_worker() -> None:
+    die_with_parent()
+    # A worker never handles SIGINT itself: only the kernel decides to stop it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _ExitTracker:
+    """Records how each worker process exited (a signal tells an OOM kill apart).
+
+    `xmp.spawn` only says "BrokenProcessPool"; the exit codes live on the
+    multiprocessing children, which this process is the parent of.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[int, multiprocessing.process.BaseProcess] = {}
+        self._exit_codes: dict[int, int] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="tpu_nb-exit-tracker", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.05):
+            self._poll()
+
+    def _poll(self) -> None:
+        for child in multiprocessing.active_children():
+            self._seen.setdefault(child.pid, child)  # type: ignore[arg-type]
+        for pid, child in self._seen.items():
+            if pid not in self._exit_codes and child.exitcode is not None:
+                self._exit_codes[pid] = child.exitcode
+
+    def stop(self) -> dict[int, int]:
+        self._done.set()
+        self._thread.join()
+        self._poll()
+        return dict(self._exit_codes)
+
+
+def read_report(run_dir: Path) -> SupervisorReport | None:
+    path = run_dir / "supervisor.pkl"
+    return pickle.loads(path.read_bytes()) if path.exists() else None

@@ -1,0 +1,1 @@
+"""Training progress: reported in the workers, drawn in the kernel."""
