@@ -1,0 +1,473 @@
+from __future__ import annotations
+
+import ast
+import json
+import os
+import platform
+import subprocess
+import sys
+import types
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tpu_nb.runtime import Accelerator, Platform, Problem, RuntimeInfo, SystemView, TpuInfo, Versions, detect
+
+MakeSystem = Callable[..., SystemView]
+FakeTorchXla = Callable[[bool], types.ModuleType]
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_INSTALL = "pip install torch==2.9.0 torch_xla==2.9.0"
+
+
+def codes(info: RuntimeInfo) -> list[str]:
+    return [problem.code for problem in info.problems]
+
+
+def problem(info: RuntimeInfo, code: str) -> Problem:
+    (found,) = [problem for problem in info.problems if problem.code == code]
+    return found
+
+
+# One test per platform snapshot.
+
+
+def test_colab_v5e_1(make_system: MakeSystem) -> None:
+    info = detect(make_system("colab_v5e_1"))
+
+    assert info.platform is Platform.COLAB
+    assert info.platform.label == "Google Colab"
+    assert info.accelerator is Accelerator.TPU
+    assert info.tpu == TpuInfo(
+        generation="v5e",
+        accelerator_type="v5litepod-1",
+        chips=1,
+        devices_per_chip=1,
+        device_nodes=("/dev/vfio/0",),
+    )
+    assert (info.devices, info.workers, info.devices_per_worker) == (1, 1, 1)
+    assert info.pjrt_device == "TPU"
+    assert info.versions == Versions(
+        python=platform.python_version(),
+        torch="2.8.0+cpu",
+        torch_xla="2.8.0",
+        libtpu="0.0.17",
+        transformers="4.55.4",
+    )
+    # The platform's torch is kept; only the local build tag is dropped.
+    assert info.install_command == "pip install 'torch~=2.8.0' 'torch_xla[tpu]~=2.8.0'"
+    assert info.problems == ()
+    assert info.can_launch
+
+
+def test_colab_v2_8(make_system: MakeSystem) -> None:
+    info = detect(make_system("colab_v2_8"))
+
+    assert info.platform is Platform.COLAB
+    assert info.accelerator is Accelerator.TPU
+    assert info.tpu is not None
+    # PCI id 0x0027 is shared by v2 and v3 and no accelerator type is set.
+    assert info.tpu.generation == "v2/v3"
+    assert info.tpu.accelerator_type is None
+    assert (info.tpu.chips, info.tpu.devices_per_chip) == (4, 2)
+    assert info.tpu.device_nodes == ("/dev/accel0", "/dev/accel1", "/dev/accel2", "/dev/accel3")
+    # One worker per chip, two devices (TensorCores) in each.
+    assert (info.devices, info.workers, info.devices_per_worker) == (8, 4, 2)
+    assert info.pjrt_device == "TPU"
+    assert info.versions.torch == "2.5.1+cpu"
+    assert info.versions.torch_xla == "2.5.1"
+    assert info.versions.libtpu == "0.1.dev20241010+nightly"  # from libtpu-nightly
+    assert info.versions.transformers == "4.46.2"
+    assert info.install_command == "pip install 'torch~=2.5.0' 'torch_xla[tpu]~=2.5.0'"
+    assert info.problems == ()
+
+
+def test_kaggle_v5e_8(make_system: MakeSystem) -> None:
+    info = detect(make_system("kaggle_v5e_8"))
+
+    assert info.platform is Platform.KAGGLE
+    assert info.accelerator is Accelerator.TPU
+    assert info.tpu == TpuInfo(
+        generation="v5e",
+        accelerator_type="v5litepod-8",
+        chips=8,
+        devices_per_chip=1,
+        device_nodes=tuple(f"/dev/vfio/{index}" for index in range(8)),
+    )
+    assert (info.devices, info.workers, info.devices_per_worker) == (8, 8, 1)
+    assert info.pjrt_device == "TPU"
+    assert (info.versions.torch, info.versions.torch_xla, info.versions.libtpu) == ("2.6.0+cpu", "2.6.0", "0.0.8")
+    assert info.versions.transformers == "4.51.3"
+    assert info.install_command == "pip install 'torch~=2.6.0' 'torch_xla[tpu]~=2.6.0'"
+    assert info.topology_vars == ("TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID")
+    assert codes(info) == ["topology_vars"]
+    assert info.can_launch  # a warning only: tpu_nb removes the variables itself
+
+
+def test_cloud_tpu_vm_v4_8(make_system: MakeSystem) -> None:
+    info = detect(make_system("cloud_tpu_vm_v4_8"))
+
+    assert info.platform is Platform.CLOUD_TPU_VM
+    assert info.accelerator is Accelerator.TPU
+    assert info.tpu is not None
+    assert (info.tpu.generation, info.tpu.accelerator_type) == ("v4", "v4-8")
+    # The Google gVNIC on the same vendor id is not a chip.
+    assert (info.tpu.chips, info.tpu.devices_per_chip) == (4, 1)
+    assert info.tpu.device_nodes == ("/dev/accel0", "/dev/accel1", "/dev/accel2", "/dev/accel3")
+    assert (info.devices, info.workers, info.devices_per_worker) == (4, 4, 1)
+    assert info.pjrt_device == "TPU"
+    assert (info.versions.torch, info.versions.torch_xla, info.versions.libtpu) == ("2.9.0", "2.9.0", "0.0.21")
+    assert info.install_command == "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"
+    assert info.problems == ()
+
+
+def test_gke_v5e_4(make_system: MakeSystem) -> None:
+    info = detect(make_system("gke_v5e_4"))
+
+    assert info.platform is Platform.GKE
+    assert info.accelerator is Accelerator.TPU
+    assert info.tpu is not None
+    assert (info.tpu.generation, info.tpu.accelerator_type, info.tpu.chips) == ("v5e", "v5litepod-4", 4)
+    # /dev/vfio/vfio is the VFIO container, not a chip.
+    assert info.tpu.device_nodes == ("/dev/vfio/0", "/dev/vfio/1", "/dev/vfio/2", "/dev/vfio/3")
+    assert (info.devices, info.workers, info.devices_per_worker) == (4, 4, 1)
+    assert info.pjrt_device == "TPU"
+    assert (info.versions.torch, info.versions.torch_xla, info.versions.libtpu) == ("2.9.0", "2.9.0", "0.0.21")
+    assert info.install_command == "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"
+    assert info.problems == ()
+
+
+def test_gpu_machine(make_system: MakeSystem) -> None:
+    info = detect(make_system("gpu_machine"))
+
+    assert info.platform is Platform.LOCAL_JUPYTER
+    assert info.accelerator is Accelerator.GPU
+    assert info.tpu is None
+    assert info.gpu_count == 1  # nvidiactl and nvidia-uvm are not GPUs
+    assert info.pjrt_device == "CPU"
+    assert (info.devices, info.workers, info.devices_per_worker) == (1, 1, 1)
+    assert info.versions.torch == "2.9.0+cu128"
+    assert info.versions.torch_xla is None
+    assert info.versions.libtpu is None
+    assert info.install_command == CPU_INSTALL
+    assert codes(info) == ["torch_xla_missing", "no_tpu"]
+    assert not info.can_launch
+
+
+def test_cpu_laptop(make_system: MakeSystem) -> None:
+    info = detect(make_system("cpu_laptop"))
+
+    assert info.platform is Platform.LOCAL_JUPYTER
+    assert info.accelerator is Accelerator.CPU
+    assert info.tpu is None
+    assert info.gpu_count == 0  # integrated Intel graphics is a display device, not an NVIDIA GPU
+    assert info.pjrt_device == "CPU"
+    assert (info.devices, info.workers, info.devices_per_worker) == (1, 1, 1)
+    assert (info.versions.torch, info.versions.torch_xla, info.versions.transformers) == ("2.9.0", "2.9.0", "5.0.0")
+    assert info.install_command == CPU_INSTALL
+    assert info.topology_vars == ()
+    assert codes(info) == ["no_tpu"]
+    assert info.errors == () and info.warnings == ()
+    assert info.can_launch
+
+
+# Platform and launch-plan details.
+
+
+@pytest.mark.parametrize(
+    ("accelerator_type", "generation"),
+    [("v2-8", "v2"), ("v3-8", "v3"), ("v3-32", "v3"), ("something-else", "v2/v3")],
+)
+def test_accelerator_type_separates_v2_from_v3(
+    make_system: MakeSystem, accelerator_type: str, generation: str
+) -> None:
+    info = detect(make_system("colab_v2_8", environ={"TPU_ACCELERATOR_TYPE": accelerator_type}))
+
+    assert info.tpu is not None
+    assert info.tpu.generation == generation
+
+
+def test_colab_is_recognised_by_its_environment_variable_alone(make_system: MakeSystem) -> None:
+    system = make_system("cpu_laptop", environ={"COLAB_RELEASE_TAG": "release-colab_20250801"})
+
+    assert detect(system).platform is Platform.COLAB
+
+
+def test_tpu_variables_without_a_visible_tpu_mean_a_cloud_tpu_vm(make_system: MakeSystem) -> None:
+    info = detect(make_system("cpu_laptop", environ={"TPU_WORKER_ID": "0"}))
+
+    assert info.platform is Platform.CLOUD_TPU_VM
+    assert info.accelerator is Accelerator.CPU
+
+
+def test_kubernetes_without_a_tpu_is_not_gke(make_system: MakeSystem) -> None:
+    info = detect(make_system("cpu_laptop", environ={"KUBERNETES_SERVICE_HOST": "10.96.0.1"}))
+
+    assert info.platform is Platform.LOCAL_JUPYTER
+
+
+def test_without_ipykernel_it_is_plain_python(make_system: MakeSystem) -> None:
+    info = detect(make_system("cpu_laptop", modules={"ipykernel": None}))
+
+    assert info.platform is Platform.PYTHON
+    assert info.platform.label == "Python"
+
+
+def test_drm_accel_directory_is_not_a_tpu_node(make_system: MakeSystem) -> None:
+    # Linux's compute-accelerator subsystem puts other vendors' nodes in /dev/accel/.
+    info = detect(make_system("cloud_tpu_vm_v4_8", files={"dev/accel/accel0": ""}))
+
+    assert info.tpu is not None
+    assert info.tpu.device_nodes == ("/dev/accel0", "/dev/accel1", "/dev/accel2", "/dev/accel3")
+
+
+def test_nvidia_device_node_counts_as_gpu_when_pci_is_hidden(make_system: MakeSystem) -> None:
+    info = detect(make_system("cpu_laptop", files={"dev/nvidia0": "", "dev/nvidia1": "", "dev/nvidiactl": ""}))
+
+    assert info.accelerator is Accelerator.GPU
+    assert info.gpu_count == 2
+
+
+@pytest.mark.parametrize(("bounds", "workers"), [("1,2,1", 2), ("1,1,1", 1), ("2,2,2", 4), ("bogus", 4)])
+def test_tpu_process_bounds_cap_workers_like_torch_xla(make_system: MakeSystem, bounds: str, workers: int) -> None:
+    info = detect(make_system("gke_v5e_4", environ={"TPU_PROCESS_BOUNDS": bounds}))
+
+    assert info.workers == workers
+    assert info.devices == workers
+
+
+def test_cpu_num_devices_sets_devices_in_the_single_cpu_worker(make_system: MakeSystem) -> None:
+    info = detect(make_system("cpu_laptop", environ={"CPU_NUM_DEVICES": "4"}))
+
+    assert (info.devices, info.workers, info.devices_per_worker) == (4, 1, 4)
+
+
+# Every problem code: when it appears, what it says, what it tells the user to do.
+
+
+def test_torch_xla_missing_off_tpu(make_system: MakeSystem) -> None:
+    info = detect(make_system("gpu_machine"))
+
+    missing = problem(info, "torch_xla_missing")
+    assert missing.severity == "error"
+    assert "torch_xla is not installed" in missing.message
+    assert missing.fix == CPU_INSTALL
+
+
+def test_torch_xla_missing_on_tpu_installs_the_tpu_build_for_the_installed_torch(make_system: MakeSystem) -> None:
+    info = detect(make_system("colab_v5e_1", packages={"torch_xla": None}))
+
+    missing = problem(info, "torch_xla_missing")
+    assert missing.fix == "pip install 'torch~=2.8.0' 'torch_xla[tpu]~=2.8.0'"
+    # Without torch_xla, a missing libtpu is not the thing to report.
+    assert "libtpu_missing" not in codes(info)
+
+
+def test_torch_xla_missing_without_torch_installs_the_pinned_pair(make_system: MakeSystem) -> None:
+    info = detect(make_system("colab_v5e_1", packages={"torch": None, "torch_xla": None}))
+
+    assert problem(info, "torch_xla_missing").fix == "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"
+
+
+def test_version_mismatch_off_tpu(make_system: MakeSystem) -> None:
+    info = detect(make_system("cpu_laptop", packages={"torch": "2.8.0"}))
+
+    mismatch = problem(info, "version_mismatch")
+    assert mismatch.severity == "error"
+    assert "torch 2.8.0" in mismatch.message and "torch_xla 2.9.0" in mismatch.message
+    assert mismatch.fix == CPU_INSTALL
+    assert not info.can_launch
+
+
+def test_version_mismatch_on_tpu_matches_torch_xla_to_torch(make_system: MakeSystem) -> None:
+    info = detect(make_system("cloud_tpu_vm_v4_8", packages={"torch": "2.9.1+cpu", "torch_xla": "2.8.0"}))
+
+    mismatch = problem(info, "version_mismatch")
+    assert "torch 2.9.1+cpu" in mismatch.message and "torch_xla 2.8.0" in mismatch.message
+    assert mismatch.fix == "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"
+
+
+@pytest.mark.parametrize(("torch", "torch_xla"), [("2.9.0+cpu", "2.9.0"), ("2.5.1", "2.5.0"), ("2.9.0", "2.9.0+tpu")])
+def test_same_major_minor_is_no_mismatch(make_system: MakeSystem, torch: str, torch_xla: str) -> None:
+    info = detect(make_system("cpu_laptop", packages={"torch": torch, "torch_xla": torch_xla}))
+
+    assert "version_mismatch" not in codes(info)
+
+
+def test_runtime_initialized_in_this_process(make_system: MakeSystem, fake_torch_xla: FakeTorchXla) -> None:
+    info = detect(make_system("cpu_laptop", modules={"torch_xla": fake_torch_xla(True)}))
+
+    initialized = problem(info, "runtime_initialized")
+    assert initialized.severity == "error"
+    assert "XLA device was already used in this process" in initialized.message
+    assert "can no longer start" in initialized.message
+    assert "Restart the runtime (kernel)" in initialized.fix
+    assert "inside %%tpu_train cells" in initialized.fix
+    for call in ("TrainingArguments", "xm.xla_device()", "torch_xla.device()"):
+        assert call in initialized.fix
+    assert not info.can_launch
+
+
+def test_imported_but_unused_torch_xla_is_fine(make_system: MakeSystem, fake_torch_xla: FakeTorchXla) -> None:
+    info = detect(make_system("cpu_laptop", modules={"torch_xla": fake_torch_xla(False)}))
+
+    assert "runtime_initialized" not in codes(info)
+
+
+def test_a_half_imported_torch_xla_is_not_called(make_system: MakeSystem) -> None:
+    # e.g. a module object still being initialised, without _XLAC yet
+    info = detect(make_system("cpu_laptop", modules={"torch_xla": types.ModuleType("torch_xla")}))
+
+    assert "runtime_initialized" not in codes(info)
+
+
+def test_topology_vars(make_system: MakeSystem) -> None:
+    info = detect(make_system("kaggle_v5e_8"))
+
+    preset = problem(info, "topology_vars")
+    assert preset.severity == "warning"
+    assert "TPU_PROCESS_ADDRESSES and CLOUD_TPU_TASK_ID" in preset.message
+    assert '"Expected 8 worker addresses, got 1"' in preset.message
+    assert "tpu_nb removes them for its workers" in preset.message
+    assert preset.fix == "No action needed."
+
+
+def test_topology_vars_names_only_what_is_set(make_system: MakeSystem) -> None:
+    info = detect(make_system("kaggle_v5e_8", environ={"TPU_PROCESS_ADDRESSES": None}))
+
+    assert info.topology_vars == ("CLOUD_TPU_TASK_ID",)
+    assert "TPU_PROCESS_ADDRESSES" not in problem(info, "topology_vars").message
+
+
+def test_tpu_busy(make_system: MakeSystem) -> None:
+    system = make_system(
+        "colab_v5e_1",
+        files={"proc/4242/comm": "python3\n"},
+        links={"proc/4242/fd/0": "/dev/null", "proc/4242/fd/7": "/dev/vfio/0"},
+    )
+    info = detect(system)
+
+    busy = problem(info, "tpu_busy")
+    assert busy.severity == "error"
+    assert "pid 4242 (python3) has /dev/vfio/0 open" in busy.message
+    assert "/dev/null" not in busy.message
+    assert "kill 4242" in busy.fix
+    assert "restart the runtime" in busy.fix
+    assert not info.can_launch
+
+
+def test_tpu_busy_names_every_holder(make_system: MakeSystem) -> None:
+    system = make_system(
+        "colab_v2_8",
+        files={"proc/77/comm": "tpu_worker\n"},
+        links={"proc/77/fd/3": "/dev/accel2", "proc/77/fd/4": "/dev/accel3", "proc/4242/fd/9": "/dev/accel0"},
+    )
+
+    busy = problem(detect(system), "tpu_busy")
+    assert "pid 77 (tpu_worker) has /dev/accel2, /dev/accel3 open" in busy.message
+    assert "pid 4242 (unknown command) has /dev/accel0 open" in busy.message
+    assert "kill 77 4242" in busy.fix
+
+
+def test_tpu_held_by_this_process_or_vfio_container_is_not_busy(make_system: MakeSystem) -> None:
+    # Our own use is runtime_initialized's business; /dev/vfio/vfio is shared by design.
+    system = make_system(
+        "colab_v5e_1",
+        files={"proc/4242/comm": "python3\n"},
+        links={"proc/100/fd/7": "/dev/vfio/0", "proc/4242/fd/7": "/dev/vfio/vfio"},
+    )
+
+    assert "tpu_busy" not in codes(detect(system))
+
+
+def test_libtpu_missing(make_system: MakeSystem) -> None:
+    info = detect(make_system("cloud_tpu_vm_v4_8", packages={"libtpu": None}))
+
+    missing = problem(info, "libtpu_missing")
+    assert missing.severity == "error"
+    assert "libtpu is not installed" in missing.message
+    assert missing.fix == "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"
+
+
+def test_libtpu_is_not_needed_off_tpu(make_system: MakeSystem) -> None:
+    assert "libtpu_missing" not in codes(detect(make_system("cpu_laptop")))
+
+
+def test_pjrt_cpu_on_tpu(make_system: MakeSystem) -> None:
+    info = detect(make_system("gke_v5e_4", environ={"PJRT_DEVICE": "CPU"}))
+
+    unused = problem(info, "pjrt_cpu_on_tpu")
+    assert unused.severity == "warning"
+    assert "PJRT_DEVICE is set to CPU" in unused.message
+    assert "TPU v5e" in unused.message and "leave the TPU unused" in unused.message
+    assert "PJRT_DEVICE=TPU" in unused.fix
+    # The launch follows PJRT_DEVICE: one XLA:CPU worker.
+    assert info.pjrt_device == "CPU"
+    assert (info.devices, info.workers) == (1, 1)
+
+
+def test_pjrt_tpu_set_explicitly_is_fine(make_system: MakeSystem) -> None:
+    info = detect(make_system("gke_v5e_4", environ={"PJRT_DEVICE": "TPU"}))
+
+    assert info.problems == ()
+    assert info.workers == 4
+
+
+def test_no_tpu(make_system: MakeSystem) -> None:
+    info = detect(make_system("cpu_laptop"))
+
+    no_tpu = problem(info, "no_tpu")
+    assert no_tpu.severity == "info"
+    assert "one XLA:CPU worker" in no_tpu.message
+    assert "slow for real training" in no_tpu.message
+    assert "TPU runtime" in no_tpu.fix
+
+
+def test_no_tpu_on_a_gpu_machine_says_the_gpu_is_unused(make_system: MakeSystem) -> None:
+    no_tpu = problem(detect(make_system("gpu_machine")), "no_tpu")
+
+    assert "1 NVIDIA GPU(s) found; tpu_nb does not use GPUs" in no_tpu.message
+
+
+# The real machine and the cost of importing.
+
+
+def test_detect_on_this_machine_is_cheap_and_leaves_torch_xla_unimported() -> None:
+    script = (
+        "import json, sys, time\n"
+        "start = time.perf_counter()\n"
+        "from tpu_nb.runtime import detect\n"
+        "info = detect()  # defaults to SystemView.current()\n"
+        "print(json.dumps({'seconds': time.perf_counter() - start,\n"
+        "    'torch_xla_imported': 'torch_xla' in sys.modules,\n"
+        "    'accelerator': info.accelerator.value, 'pjrt_device': info.pjrt_device,\n"
+        "    'workers': info.workers, 'torch_xla': info.versions.torch_xla}))\n"
+    )
+    environ = {**os.environ, "PYTHONPATH": str(REPO)}
+    completed = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=environ, capture_output=True, text=True, check=True
+    )
+    result = json.loads(completed.stdout)
+    print(f"import + detect() on this machine: {result['seconds']:.3f} s")
+
+    assert result["torch_xla_imported"] is False
+    assert result["accelerator"] == "cpu"
+    assert result["pjrt_device"] == "CPU"
+    assert result["workers"] == 1
+    assert result["torch_xla"] == "2.9.0"
+
+
+def test_runtime_package_imports_only_the_standard_library() -> None:
+    # Workers import tpu_nb; torch, IPython or widgets here would slow every one of them.
+    package = REPO / "tpu_nb" / "runtime"
+    imported: set[str] = set()
+    for source in package.glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+
+    assert "importlib" in imported  # the walk really saw the imports
+    assert imported - sys.stdlib_module_names - {"__future__"} == set()

@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tpu_nb.runtime import SystemView
+from tpu_nb.runtime.system import OpenedBy, PciDevice, installed_version
+
+
+def write(root: Path, relative: str, text: str = "") -> None:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def link(root: Path, relative: str, target: str) -> None:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, path)
+
+
+def view(root: Path, own_pid: int = 1) -> SystemView:
+    return SystemView(
+        environ={}, sys_root=root / "sys", dev_root=root / "dev", proc_root=root / "proc", modules={}, own_pid=own_pid
+    )
+
+
+def test_read_text_strips_and_returns_none_for_missing_files(tmp_path: Path) -> None:
+    write(tmp_path, "vendor", "0x1AE0\n")
+
+    assert view(tmp_path).read_text(tmp_path / "vendor") == "0x1AE0"
+    assert view(tmp_path).read_text(tmp_path / "gone") is None
+    assert view(tmp_path).read_text(tmp_path) is None  # a directory
+
+
+def test_pci_devices_are_read_in_address_order_and_lowercased(tmp_path: Path) -> None:
+    devices = tmp_path / "sys" / "bus" / "pci" / "devices"
+    write(devices, "0000:00:05.0/vendor", "0x1AE0\n")
+    write(devices, "0000:00:05.0/device", "0x0063\n")
+    write(devices, "0000:00:05.0/class", "0x120000\n")
+    write(devices, "0000:00:00.0/vendor", "0x8086\n")
+    write(devices, "0000:00:00.0/device", "0x1237\n")  # no class file
+    (devices / "0000:00:09.0").mkdir()  # vanished while we looked: no vendor file
+
+    assert view(tmp_path).pci_devices() == (
+        PciDevice("0x8086", "0x1237", ""),
+        PciDevice("0x1ae0", "0x0063", "0x120000"),
+    )
+
+
+def test_pci_devices_without_sysfs_is_empty(tmp_path: Path) -> None:
+    assert view(tmp_path).pci_devices() == ()
+
+
+def test_device_nodes_are_named_as_on_the_machine_in_natural_order(tmp_path: Path) -> None:
+    for name in ("accel10", "accel2", "accel0", "vfio/vfio", "vfio/1", "null"):
+        write(tmp_path, f"dev/{name}")
+
+    system = view(tmp_path)
+    assert system.device_nodes("accel*") == ("/dev/accel0", "/dev/accel2", "/dev/accel10")
+    assert system.device_nodes("vfio/*") == ("/dev/vfio/1", "/dev/vfio/vfio")
+    assert system.device_nodes("nvidia*") == ()
+
+
+def test_opened_by_other_processes_skips_ourselves_and_vanished_processes(tmp_path: Path) -> None:
+    link(tmp_path, "proc/300/fd/4", "/dev/accel1")
+    link(tmp_path, "proc/300/fd/3", "/dev/accel0")
+    link(tmp_path, "proc/300/fd/5", "/dev/accel0")  # the same node twice is reported once
+    write(tmp_path, "proc/300/comm", "python3\n")
+    link(tmp_path, "proc/20/fd/1", "/dev/accel0")  # ourselves
+    (tmp_path / "proc" / "21").mkdir()  # exited: no fd directory left
+    link(tmp_path, "proc/self/fd/1", "/dev/accel0")  # not a pid
+    link(tmp_path, "proc/22/fd/0", "/dev/null")
+
+    holders = view(tmp_path, own_pid=20).opened_by_other_processes(lambda path: path.startswith("/dev/accel"))
+
+    assert holders == (OpenedBy(pid=300, command="python3", paths=("/dev/accel0", "/dev/accel1")),)
+
+
+def test_unreadable_descriptors_are_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    link(tmp_path, "proc/300/fd/3", "/dev/accel0")
+    link(tmp_path, "proc/301/fd/3", "/dev/accel1")
+    real_readlink = os.readlink
+
+    def readlink(path: str | os.PathLike[str]) -> str:
+        # Root can read every fd here, so fake what an ordinary user meets.
+        if "/300/" in os.fspath(path):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_readlink(path)
+
+    monkeypatch.setattr(os, "readlink", readlink)
+
+    holders = view(tmp_path).opened_by_other_processes(lambda path: path.startswith("/dev/accel"))
+
+    assert holders == (OpenedBy(pid=301, command=None, paths=("/dev/accel1",)),)
+
+
+def test_opened_by_other_processes_on_the_real_proc(tmp_path: Path) -> None:
+    held = tmp_path / "held.txt"
+    held.write_text("x")
+    with held.open() as ours, subprocess.Popen(["sleep", "30"], stdin=ours) as child:
+        try:
+            holders = SystemView.current().opened_by_other_processes(lambda path: path == str(held))
+        finally:
+            child.kill()
+
+    # We hold the file too, but only the child is "another process".
+    assert holders == (OpenedBy(pid=child.pid, command="sleep", paths=(str(held),)),)
+
+
+def test_installed_version() -> None:
+    assert installed_version("pytest") == pytest.__version__
+    assert installed_version("surely-not-an-installed-distribution") is None
+
+
+def test_current_views_this_machine() -> None:
+    system = SystemView.current()
+
+    assert system.environ is os.environ
+    assert system.sys_root == Path("/sys")
+    assert system.own_pid == os.getpid()
+    assert system.package_version("pytest") == pytest.__version__
