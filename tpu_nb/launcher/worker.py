@@ -19,6 +19,9 @@ from typing import Any
 from tpu_nb.events import Output, WorkerFailed, WorkerFinished, WorkerStarted
 from tpu_nb.launcher.channel import EventWriter
 from tpu_nb.launcher.program import Program, WorkerContext
+from tpu_nb.progress import reporter as reporting
+from tpu_nb.progress.reporter import WorkerReporter
+from tpu_nb.progress.trainer import watch_for_trainer
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
 _OUTPUT_CHUNK = 700  # characters: 4 bytes each at most, so an event fits one atomic write
@@ -45,6 +48,7 @@ class WorkerFailure:
 
 PAYLOAD: WorkerPayload | None = None
 _thread_rank = threading.local()
+_setup_lock = threading.Lock()
 
 
 def run_worker(index: int) -> None:
@@ -58,6 +62,7 @@ def run_worker(index: int) -> None:
     rank, world_size = index, xr.world_size()
     _thread_rank.value = rank
     capture_output(payload.writer)
+    _reporter_for(payload.writer).enter(rank)
     context = WorkerContext(rank, world_size, torch_xla.device(), len(xm.get_xla_supported_devices()))
     payload.writer.send(WorkerStarted(rank, world_size, os.getpid(), str(context.device)))
     try:
@@ -74,6 +79,17 @@ def run_worker(index: int) -> None:
         save_parts(parts, payload.run_dir, rank)
     _flush_output()
     payload.writer.send(WorkerFinished(rank))
+
+
+def _reporter_for(writer: EventWriter) -> WorkerReporter:
+    """This process's progress reporter, created (with the Trainer hook) by its first device thread."""
+    with _setup_lock:
+        reporter = reporting.current()
+        if reporter is None:
+            reporter = WorkerReporter(writer)
+            reporting.install(reporter)
+            watch_for_trainer()
+        return reporter
 
 
 def format_user_traceback(error: BaseException) -> list[str]:
