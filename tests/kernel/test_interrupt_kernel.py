@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from conftest import Kernel, descendants, errors_of, text_of, wait_until
+from support.kernel import Kernel, errors_of, text_of
+from support.processes import descendants, wait_until
 
 TRAIN_FOREVER = """%%tpu_train
 import time

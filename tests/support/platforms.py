@@ -1,4 +1,4 @@
-"""Turn the JSON platform snapshots in fixtures/ into fake machines for detect().
+"""Platform snapshots (tests/runtime/fixtures/*.json) as fake machines for detect().
 
 A snapshot holds `environ`, `files` (path under the fake root -> text; device
 nodes are empty files), `links` (proc/<pid>/fd/<n> -> target), `modules`
@@ -20,7 +20,8 @@ import pytest
 
 from tpu_nb.runtime import SystemView
 
-FIXTURES = Path(__file__).parent / "fixtures"
+
+FIXTURES = Path(__file__).parent.parent / "runtime" / "fixtures"
 
 MakeSystem = Callable[..., SystemView]
 V = TypeVar("V")

@@ -1,0 +1,77 @@
+"""A real Jupyter kernel (ipykernel, started by jupyter_client) driven by nbclient."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+import nbformat
+from nbclient import NotebookClient
+
+from support.processes import wait_until
+
+
+@dataclass
+class Kernel:
+    """Runs cells one at a time in one live kernel; keeps the notebook it builds."""
+
+    client: NotebookClient
+    notebook: nbformat.NotebookNode
+
+    def run(self, source: str, timeout: float = 120, allow_errors: bool = True) -> nbformat.NotebookNode:
+        cell = nbformat.v4.new_code_cell(source)
+        self.notebook.cells.append(cell)
+        self.client.allow_errors = allow_errors
+        self.client.timeout = timeout
+        self.client.execute_cell(cell, len(self.notebook.cells) - 1)
+        return cell
+
+    def run_and_interrupt(self, source: str, when: str, timeout: float = 120) -> tuple[nbformat.NotebookNode, float]:
+        """Run a cell and interrupt it once its output shows `when`; returns the cell and the interrupt time."""
+        cell = nbformat.v4.new_code_cell(source)
+        interrupted_at: list[float] = []
+
+        def interrupt_when_ready() -> None:
+            if wait_until(lambda: when in text_of(cell), timeout):
+                interrupted_at.append(time.monotonic())
+                self.interrupt()
+
+        watcher = threading.Thread(target=interrupt_when_ready, daemon=True)
+        watcher.start()
+        self.notebook.cells.append(cell)
+        self.client.allow_errors = True
+        self.client.timeout = timeout
+        self.client.execute_cell(cell, len(self.notebook.cells) - 1)
+        watcher.join()
+        assert interrupted_at, f"the cell never printed {when!r}: {text_of(cell)}"
+        return cell, interrupted_at[0]
+
+    def interrupt(self) -> None:
+        """What Jupyter's stop button does: SIGINT to the kernel's process group."""
+        os.killpg(os.getpgid(self.pid), signal.SIGINT)
+
+    @property
+    def pid(self) -> int:
+        return self.client.km.provisioner.process.pid
+
+
+def text_of(cell: nbformat.NotebookNode) -> str:
+    """Every stream, result and error text of an executed cell, joined."""
+    parts = []
+    for output in cell.get("outputs", []):
+        if output.output_type == "stream":
+            parts.append(output.text)
+        elif output.output_type in ("execute_result", "display_data"):
+            parts.append(output.data.get("text/plain", ""))
+        elif output.output_type == "error":
+            parts.append(f"{output.ename}: {output.evalue}\n" + "\n".join(output.traceback))
+    return "".join(parts)
+
+
+def errors_of(cell: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    return [output for output in cell.get("outputs", []) if output.output_type == "error"]
+
+

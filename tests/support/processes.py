@@ -1,0 +1,42 @@
+"""Helpers for tests that watch processes."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+
+def descendants(pid: int) -> list[int]:
+    """Live (non-zombie) processes below `pid`, from /proc."""
+    children: dict[int, list[int]] = {}
+    states = {}
+    for stat in os.listdir("/proc"):
+        if not stat.isdigit():
+            continue
+        try:
+            with open(f"/proc/{stat}/stat") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        state, ppid = text[text.rindex(")") + 2 :].split(" ", 2)[:2]
+        children.setdefault(int(ppid), []).append(int(stat))
+        states[int(stat)] = state
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if states.get(child) != "Z":
+                found.append(child)
+            todo.append(child)
+    return found
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
