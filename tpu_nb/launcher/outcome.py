@@ -74,7 +74,7 @@ def collect(
 def _died(report: SupervisorReport | None, ranks_by_pid: dict[int, int], supervisor_status: int, seconds: float) -> Died:
     if report is None:
         return Died(None, supervisor_status, f"the tpu_nb supervisor process {describe_status(supervisor_status)}", seconds)
-    # The first worker that did not exit cleanly is the cause; the executor
+    # The worker that did not exit cleanly is the cause; the executor
     # terminates the rest afterwards (SIGTERM).
     culprits = [(pid, code) for pid, code in report.exit_codes.items() if code != 0]
     primary = next(((pid, code) for pid, code in culprits if code != -signal.SIGTERM), culprits[0] if culprits else None)

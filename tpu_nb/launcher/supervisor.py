@@ -15,7 +15,6 @@ import os
 import pickle
 import signal
 import sys
-import threading
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ class SupervisorReport:
     """How `xmp.spawn` ended; written to the run dir for the kernel."""
 
     error: str | None
-    exit_codes: dict[int, int] = field(default_factory=dict)  # worker pid -> exit code, in order of exit
+    exit_codes: dict[int, int] = field(default_factory=dict)  # worker pid -> exit code
 
 
 def die_with_parent() -> None:
@@ -77,32 +76,24 @@ class _ExitTracker:
     """Records how each worker process exited (a signal tells an OOM kill apart).
 
     `xmp.spawn` only says "BrokenProcessPool"; the exit codes live on the
-    multiprocessing children, which this process is the parent of.
+    multiprocessing children it starts. This process is a throwaway fork, so
+    wrapping `Process.start` here to keep them touches no one else's state.
     """
 
     def __init__(self) -> None:
-        self._seen: dict[int, multiprocessing.process.BaseProcess] = {}
-        self._exit_codes: dict[int, int] = {}
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="tpu_nb-exit-tracker", daemon=True)
-        self._thread.start()
+        self._started: list[multiprocessing.process.BaseProcess] = []
+        original_start = multiprocessing.process.BaseProcess.start
+        started = self._started
 
-    def _watch(self) -> None:
-        while not self._done.wait(0.05):
-            self._poll()
+        def start(process: multiprocessing.process.BaseProcess) -> None:
+            original_start(process)
+            started.append(process)
 
-    def _poll(self) -> None:
-        for child in multiprocessing.active_children():
-            self._seen.setdefault(child.pid, child)  # type: ignore[arg-type]
-        for pid, child in self._seen.items():
-            if pid not in self._exit_codes and child.exitcode is not None:
-                self._exit_codes[pid] = child.exitcode
+        multiprocessing.process.BaseProcess.start = start  # type: ignore[method-assign]
 
     def stop(self) -> dict[int, int]:
-        self._done.set()
-        self._thread.join()
-        self._poll()
-        return dict(self._exit_codes)
+        """Worker pid -> exit code, for every worker that has exited."""
+        return {process.pid: process.exitcode for process in self._started if process.pid and process.exitcode is not None}
 
 
 def read_report(run_dir: Path) -> SupervisorReport | None:

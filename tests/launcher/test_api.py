@@ -1,0 +1,128 @@
+"""tpu_nb.launch end to end: real forked workers on XLA:CPU."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import tpu_nb
+from support.processes import descendants, wait_until
+from tpu_nb.launcher import LaunchRefused, TrainingInterrupted, TrainingTimedOut, WorkerDied, WorkerError
+
+
+def xla_sum(scale: float) -> float:
+    import torch
+    import torch_xla
+
+    return float((torch.ones(4, device=torch_xla.device()) * scale).sum().item())
+
+
+def ordinal() -> int:
+    import torch_xla.runtime as xr
+
+    print(f"hello from {xr.global_ordinal()}")
+    return int(xr.global_ordinal())
+
+
+def divide_by_zero() -> None:
+    numerator = 1
+    numerator / 0
+
+
+def kill_myself() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def sleep_forever() -> None:
+    print("sleeping", flush=True)
+    while True:
+        time.sleep(0.1)
+
+
+def test_launch_runs_on_an_xla_device_and_returns_rank_0s_value() -> None:
+    assert tpu_nb.launch(xla_sum, 2.5) == 10.0
+    assert not descendants(os.getpid())
+
+
+def test_all_results_and_prefixed_output_of_every_rank(capsys: pytest.CaptureFixture[str]) -> None:
+    assert tpu_nb.launch(ordinal, cores=2, all_results=True, all_ranks_output=True) == [0, 1]
+    out = capsys.readouterr().out
+    assert "hello from 0\n" in out
+    assert "[rank 1] hello from 1\n" in out
+
+
+def test_other_ranks_output_is_hidden_by_default(capsys: pytest.CaptureFixture[str]) -> None:
+    tpu_nb.launch(ordinal, cores=2)
+    out = capsys.readouterr().out
+    assert "hello from 0" in out
+    assert "hello from 1" not in out
+
+
+def test_a_worker_exception_carries_its_traceback() -> None:
+    with pytest.raises(WorkerError) as raised:
+        tpu_nb.launch(divide_by_zero)
+    error = raised.value
+    assert (error.rank, error.world_size, error.type_name) == (0, 1, "ZeroDivisionError")
+    text = str(error)
+    assert "rank 0 of 1 raised ZeroDivisionError: division by zero" in text
+    assert "numerator / 0" in text
+    assert "tpu_nb/launcher" not in text  # our own frames are not the user's problem
+    assert not descendants(os.getpid())
+
+
+def test_a_worker_killed_by_a_signal_is_reported_with_the_signal() -> None:
+    with pytest.raises(WorkerDied, match="rank 0 was killed by SIGKILL.*ran out of memory"):
+        tpu_nb.launch(kill_myself)
+    assert not descendants(os.getpid())
+
+
+def test_timeout_stops_every_worker() -> None:
+    started = time.monotonic()
+    with pytest.raises(TrainingTimedOut, match="timed out after 2"):
+        tpu_nb.launch(sleep_forever, timeout=2)
+    assert time.monotonic() - started < 15
+    assert not descendants(os.getpid())
+
+
+def test_sigint_to_the_caller_stops_every_worker_and_the_next_launch_works() -> None:
+    main_pid = os.getpid()
+
+    def interrupt_when_running() -> None:
+        if wait_until(lambda: bool(descendants(main_pid)), timeout=30):
+            time.sleep(3)
+            os.kill(main_pid, signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_running, daemon=True).start()
+    with pytest.raises(TrainingInterrupted, match="every worker was stopped"):
+        tpu_nb.launch(sleep_forever)
+    assert wait_until(lambda: not descendants(main_pid), timeout=10)
+    assert tpu_nb.launch(xla_sum, 1.0) == 4.0
+
+
+def test_a_second_launch_while_one_runs_is_refused() -> None:
+    refused: list[BaseException] = []
+
+    def launch_again() -> None:
+        wait_until(lambda: bool(descendants(os.getpid())), timeout=30)
+        try:
+            tpu_nb.launch(xla_sum, 1.0)
+        except LaunchRefused as error:
+            refused.append(error)
+
+    other = threading.Thread(target=launch_again)
+    other.start()
+    with pytest.raises(TrainingTimedOut):
+        tpu_nb.launch(sleep_forever, timeout=8)
+    other.join()
+    [error] = refused
+    assert "tpu_nb.launch(sleep_forever) is still running in this kernel" in str(error)
+
+
+def test_bad_options_start_nothing() -> None:
+    with pytest.raises(LaunchRefused, match="cores=0"):
+        tpu_nb.launch(xla_sum, 1.0, cores=0)
+    assert not descendants(os.getpid())
