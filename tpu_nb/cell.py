@@ -39,8 +39,8 @@ class CellProgram:
         A trailing expression is kept apart so its value can be the cell's
         result, as in a normal cell (unless the source ends with ';').
         """
-        tree = ast.parse(source, filename)
-        ast.increment_lineno(tree, first_line - 1)
+        # Blank lines in front make every line number, syntax errors' too, count from `first_line`.
+        tree = ast.parse("\n" * (first_line - 1) + source, filename)
         last_expression = None
         if tree.body and isinstance(tree.body[-1], ast.Expr) and not source.rstrip().endswith(";"):
             last_expression = compile(ast.Expression(tree.body.pop().value), filename, "eval")
