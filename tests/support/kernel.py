@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -69,6 +70,11 @@ def text_of(cell: nbformat.NotebookNode) -> str:
         elif output.output_type == "error":
             parts.append(f"{output.ename}: {output.evalue}\n" + "\n".join(output.traceback))
     return "".join(parts)
+
+
+def plain(text: str) -> str:
+    """Text without terminal colour codes (IPython colours its tracebacks)."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
 def errors_of(cell: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
