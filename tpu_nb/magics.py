@@ -50,7 +50,7 @@ class TpuMagics(Magics):
         args = parse_argstring(self.tpu_train, line)
         options = LaunchOptions(cores=args.cores, timeout=args.timeout, all_ranks_output=args.all_ranks_output, progress=not args.no_progress)
         program = self._compile(line, cell, tuple(args.return_names))
-        outcome = run_in_foreground(program, options, observers=[], label="a %%tpu_train cell")
+        outcome = run_in_foreground(program, options, observers=[], label="%%tpu_train")
         result = apply_results(result_of(outcome)[0], self.shell.user_ns)
         for name in result.updated_in_place:
             print(f"tpu_nb: updated `{name}` in place with rank 0's trained weights.")

@@ -471,3 +471,8 @@ def test_runtime_package_imports_only_the_standard_library() -> None:
 
     assert "importlib" in imported  # the walk really saw the imports
     assert imported - sys.stdlib_module_names - {"__future__"} == set()
+
+
+def test_label_names_platform_tpu_and_device(make_system: MakeSystem) -> None:
+    assert detect(make_system("kaggle_v5e_8")).label == "Kaggle · TPU v5e × 8 · XLA:TPU"
+    assert detect(make_system("cpu_laptop")).label == "Jupyter · CPU · XLA:CPU"

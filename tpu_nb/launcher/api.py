@@ -14,6 +14,8 @@ from tpu_nb.launcher.options import LaunchOptions
 from tpu_nb.launcher.preflight import check_can_launch
 from tpu_nb.launcher.program import FunctionProgram, Program
 from tpu_nb.launcher.run import Run, RunObserver
+from tpu_nb.progress.display import make_display, widgets_supported
+from tpu_nb.progress.state import FinalStatus
 from tpu_nb.runtime import detect
 
 _POLL_SECONDS = 0.1
@@ -52,10 +54,13 @@ class OutputPrinter:
 def run_in_foreground(program: Program, options: LaunchOptions, observers: list[RunObserver], label: str) -> outcomes.Outcome:
     """Start the workers, follow them until they end, and stop them on interrupt or timeout."""
     global _active
-    environment = check_can_launch(detect(), options, running=_active)
+    info = detect()
+    environment = check_can_launch(info, options, running=_active)
     for note in environment.notes:
         print(note, file=sys.stderr)
-    run = Run(program, environment, [OutputPrinter(options.all_ranks_output), *observers], options.all_results)
+    display = make_display(label, info.label, environment.devices, widgets_supported()) if options.progress else None
+    displays = [] if display is None else [display]
+    run = Run(program, environment, [OutputPrinter(options.all_ranks_output), *observers, *displays], options.all_results)
     _active = label
     try:
         run.start()
@@ -67,7 +72,10 @@ def run_in_foreground(program: Program, options: LaunchOptions, observers: list[
                     _terminate(run, "timeout")
             except KeyboardInterrupt:
                 _terminate(run, "interrupt")
-        return run.outcome()
+        outcome = run.outcome()
+        if display is not None:
+            display.finish(*final_status(outcome))
+        return outcome
     finally:
         if not run.finished:  # an observer raised: leave nothing running
             _terminate(run, "interrupt")
@@ -82,6 +90,21 @@ def _terminate(run: Run, reason: str) -> None:
             return
         except KeyboardInterrupt:
             continue
+
+
+def final_status(outcome: outcomes.Outcome) -> tuple[FinalStatus, str | None]:
+    """What the progress display says at the end of a run."""
+    if isinstance(outcome, outcomes.Succeeded):
+        return "done", None
+    if isinstance(outcome, outcomes.Failed):
+        failure = outcome.failure
+        return "failed", f"rank {failure.rank} raised {failure.type_name}: {failure.message}"
+    if isinstance(outcome, outcomes.Died):
+        return "failed", outcome.detail
+    at_step = "" if outcome.step is None else f" at step {outcome.step}"
+    if outcome.reason == "timeout":
+        return "timeout", f"timed out after {outcome.seconds:.0f}s{at_step}"
+    return "interrupted", f"interrupted by the user{at_step}"
 
 
 def result_of(outcome: outcomes.Outcome) -> dict[int, dict[str, Any]]:

@@ -145,6 +145,12 @@ class RuntimeInfo:
     def can_launch(self) -> bool:
         return not self.errors
 
+    @property
+    def label(self) -> str:
+        """One line for status displays, e.g. "Kaggle · TPU v5e × 8 · XLA:TPU"."""
+        where = f"TPU {self.tpu.generation} × {self.tpu.chips}" if self.tpu else self.accelerator.value.upper()
+        return f"{self.platform.label} · {where} · XLA:{self.pjrt_device}"
+
 
 @dataclass(frozen=True, slots=True)
 class _LaunchPlan:
