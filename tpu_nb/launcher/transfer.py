@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,17 @@ class NotTransferable:
         return f"{self.text}\n(a {self.type_name} shown as text: it could not be sent back from the worker: {self.reason})"
 
 
+def materialise_pending() -> None:
+    """Run every pending XLA computation as one graph, if this process uses XLA.
+
+    Reading lazy tensors one at a time compiles a graph per tensor: returning
+    a tiny BERT that way cost 40 compilations and 80 s (measured).
+    """
+    torch_xla = sys.modules.get("torch_xla")
+    if torch_xla is not None and torch_xla._XLAC._xla_runtime_is_initialized():
+        torch_xla.sync()
+
+
 def to_cpu(value: Any) -> Any:
     """The same value with every XLA tensor and module moved to the CPU."""
     import torch
@@ -53,6 +65,7 @@ def to_cpu(value: Any) -> Any:
 
 
 def module_weights(module: Any) -> ModuleWeights:
+    materialise_pending()
     return ModuleWeights({key: tensor.cpu() for key, tensor in module.state_dict().items()})
 
 
@@ -64,6 +77,7 @@ def save_parts(parts: dict[str, Any], directory: Path, rank: int) -> None:
     """Write each named part to its own file; unpicklable parts become `NotTransferable`."""
     import torch
 
+    materialise_pending()
     names = list(parts)
     for index, name in enumerate(names):
         path = part_path(directory, rank, index)

@@ -62,7 +62,8 @@ def run_worker(index: int) -> None:
     rank, world_size = index, xr.world_size()
     _thread_rank.value = rank
     capture_output(payload.writer)
-    _reporter_for(payload.writer).enter(rank)
+    reporter = _reporter_for(payload.writer)
+    reporter.enter(rank)
     context = WorkerContext(rank, world_size, torch_xla.device(), len(xm.get_xla_supported_devices()))
     payload.writer.send(WorkerStarted(rank, world_size, os.getpid(), str(context.device)))
     try:
@@ -73,6 +74,7 @@ def run_worker(index: int) -> None:
         _flush_output()
         payload.writer.send(WorkerFailed(rank, f"{failure.type_name}: {failure.message}"[:500]))
         return
+    reporter.flush()
     if rank == 0 or payload.all_results:
         from tpu_nb.launcher.transfer import save_parts
 

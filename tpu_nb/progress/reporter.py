@@ -30,8 +30,8 @@ class WorkerReporter:
         self.steps: dict[int, int | None] = {}
         self.phases: dict[int, str] = {}
         self._last_progress = 0.0
+        self.unsent: tuple[Progress, dict[str, Any]] | None = None
         self._notices: set[str] = set()
-        self._stopped = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, name="tpu_nb-heartbeat", daemon=True)
 
     def enter(self, rank: int) -> None:
@@ -73,11 +73,16 @@ class WorkerReporter:
             self._notices.add(text)
             self.writer.send(Notice(self.rank, text))
 
-    def stop(self) -> None:
-        self._stopped.set()
+    def flush(self) -> None:
+        """Send the last report that the rate limit held back (the run's final step)."""
+        if self.unsent is not None:
+            progress, values = self.unsent
+            self.unsent = None
+            _send_values(self, progress, values)
 
     def _beat(self) -> None:
-        while not self._stopped.wait(HEARTBEAT_INTERVAL):
+        while True:
+            time.sleep(HEARTBEAT_INTERVAL)
             count, seconds = compile_totals()
             for rank, step in list(self.steps.items()):
                 self.writer.send(Heartbeat(rank, step, self.phases.get(rank, "train"), count, seconds))
@@ -127,13 +132,15 @@ def report(
     if reporter is None:
         return
     reporter.step(step)
-    if not reporter.due():
-        return
     values = dict(metrics)
     if loss is not None:
         values["loss"] = loss
     samples = None if batch_size is None else batch_size * _world_size()
     progress = Progress(reporter.rank, step, {}, max_steps, epoch, "train", samples)
+    if not reporter.due():
+        reporter.unsent = (progress, values) if reporter.rank == 0 else None
+        return
+    reporter.unsent = None
     if any(_is_lazy_tensor(value) for value in values.values()):
         import torch_xla.core.xla_model as xm
 
