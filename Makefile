@@ -16,13 +16,14 @@ $(STAMP): setup.cfg pyproject.toml
 	touch $(STAMP)
 
 demo: install
-	PJRT_DEVICE=CPU $(BIN)/python -m tpu_nb.demo
+	$(BIN)/python scripts/demo.py
 
 test: install
 	PJRT_DEVICE=CPU $(BIN)/python -m pytest
 
 benchmark: install
-	PJRT_DEVICE=CPU $(BIN)/python benchmarks/return_transfer.py
+	$(BIN)/python benchmarks/return_transfer.py
+	PJRT_DEVICE=CPU $(BIN)/python benchmarks/progress_overhead.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
