@@ -49,6 +49,15 @@ def report(step: int | None = None, loss: Any = None, **metrics: Any) -> None:
     _report(step=step, loss=loss, **metrics)
 
 
+def __getattr__(name: str) -> Any:
+    # StopTraining lives with the launcher; imported on first use to keep `import tpu_nb` cheap.
+    if name == "StopTraining":
+        from tpu_nb.launcher.control import StopTraining
+
+        return StopTraining
+    raise AttributeError(f"module 'tpu_nb' has no attribute {name!r}")
+
+
 def runtime_panel() -> RuntimePanel:
     """A displayable summary of this runtime (what `%tpu_info` shows)."""
     from tpu_nb.runtime import RuntimePanel, detect

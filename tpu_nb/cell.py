@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
+from tpu_nb.launcher.control import StopTraining
 from tpu_nb.launcher.program import WorkerContext
 from tpu_nb.launcher.transfer import ModuleWeights, NotTransferable, module_weights
 
@@ -55,10 +56,14 @@ class CellProgram:
         # so functions from earlier cells see `device` and `rank` too.
         namespace = self.namespace if context.devices_in_process == 1 else dict(self.namespace)
         namespace.update(device=context.device, rank=context.rank, world_size=context.world_size, report=report)
-        exec(self.body, namespace)
         parts: dict[str, Any] = {}
-        if self.last_expression is not None:
-            parts[VALUE] = eval(self.last_expression, namespace)
+        try:
+            exec(self.body, namespace)
+        except StopTraining:
+            pass  # a graceful stop: what was trained so far still comes back
+        else:
+            if self.last_expression is not None:
+                parts[VALUE] = eval(self.last_expression, namespace)
         if context.rank == 0:
             parts[MISSING] = tuple(name for name in self.return_names if name not in namespace)
             for name in self.return_names:

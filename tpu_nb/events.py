@@ -70,6 +70,14 @@ class Heartbeat:
 
 
 @dataclass(frozen=True, slots=True)
+class Stopping:
+    """This rank reached the agreed stop step after a graceful stop request."""
+
+    rank: int
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
 class Notice:
     """Something tpu_nb changed or noticed in a worker, said once."""
 
@@ -77,4 +85,4 @@ class Notice:
     text: str
 
 
-Event = Union[WorkerStarted, Output, WorkerFinished, WorkerFailed, Progress, Heartbeat, Notice]
+Event = Union[WorkerStarted, Output, WorkerFinished, WorkerFailed, Progress, Heartbeat, Stopping, Notice]

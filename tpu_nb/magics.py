@@ -11,7 +11,8 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from tpu_nb.cell import CellProgram, apply_results
-from tpu_nb.launcher.api import result_of, run_in_foreground
+from tpu_nb.launcher.api import result_of
+from tpu_nb.launcher.controller import run_in_foreground
 from tpu_nb.launcher.options import LaunchOptions
 from tpu_nb.runtime import RuntimePanel, detect
 
@@ -50,7 +51,7 @@ class TpuMagics(Magics):
         args = parse_argstring(self.tpu_train, line)
         options = LaunchOptions(cores=args.cores, timeout=args.timeout, all_ranks_output=args.all_ranks_output, progress=not args.no_progress)
         program = self._compile(line, cell, tuple(args.return_names))
-        outcome = run_in_foreground(program, options, observers=[], label="%%tpu_train")
+        outcome = run_in_foreground(program, options, observers=[], title="%%tpu_train")
         result = apply_results(result_of(outcome)[0], self.shell.user_ns)
         for name in result.updated_in_place:
             print(f"tpu_nb: updated `{name}` in place with rank 0's trained weights.")

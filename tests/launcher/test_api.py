@@ -88,19 +88,54 @@ def test_timeout_stops_every_worker() -> None:
     assert not descendants(os.getpid())
 
 
-def test_sigint_to_the_caller_stops_every_worker_and_the_next_launch_works() -> None:
+def interrupt_when_running(delays: tuple[float, ...]) -> None:
+    """SIGINT this process (as Jupyter does) once workers run, after each delay."""
     main_pid = os.getpid()
 
-    def interrupt_when_running() -> None:
+    def send() -> None:
         if wait_until(lambda: bool(descendants(main_pid)), timeout=30):
-            time.sleep(3)
-            os.kill(main_pid, signal.SIGINT)
+            for delay in delays:
+                time.sleep(delay)
+                os.kill(main_pid, signal.SIGINT)
 
-    threading.Thread(target=interrupt_when_running, daemon=True).start()
+    threading.Thread(target=send, daemon=True).start()
+
+
+def train_until_stopped() -> int:
+    step = 0
+    try:
+        while True:
+            step += 1
+            time.sleep(0.05)
+            tpu_nb.report(step=step)
+    except tpu_nb.StopTraining:
+        return step
+
+
+def test_one_interrupt_stops_a_reporting_loop_at_a_step_boundary() -> None:
+    interrupt_when_running((4,))
+    stopped_at = tpu_nb.launch(train_until_stopped)
+    assert stopped_at > 10  # it ran for seconds, then ended by itself
+    assert not descendants(os.getpid())
+
+
+def test_without_a_step_boundary_the_interrupt_falls_back_to_a_hard_stop() -> None:
+    interrupt_when_running((3,))
+    started = time.monotonic()
     with pytest.raises(TrainingInterrupted, match="every worker was stopped"):
-        tpu_nb.launch(sleep_forever)
-    assert wait_until(lambda: not descendants(main_pid), timeout=10)
+        tpu_nb.launch(sleep_forever, stop_grace=1)
+    assert time.monotonic() - started < 15
+    assert wait_until(lambda: not descendants(os.getpid()), timeout=10)
     assert tpu_nb.launch(xla_sum, 1.0) == 4.0
+
+
+def test_a_second_interrupt_stops_at_once() -> None:
+    interrupt_when_running((3, 0.5))
+    started = time.monotonic()
+    with pytest.raises(TrainingInterrupted):
+        tpu_nb.launch(sleep_forever, stop_grace=60)
+    assert time.monotonic() - started < 15
+    assert wait_until(lambda: not descendants(os.getpid()), timeout=10)
 
 
 def test_a_second_launch_while_one_runs_is_refused() -> None:

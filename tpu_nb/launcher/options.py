@@ -19,6 +19,8 @@ class LaunchOptions:
     """Show the live progress display."""
     all_results: bool = False
     """Return every rank's result (a list by rank) instead of rank 0's."""
+    stop_grace: float = 10.0
+    """After a graceful stop request, seconds to wait for the workers to reach a step boundary."""
 
     def problems(self) -> list[str]:
         """What is wrong with these options, each with the fix."""
@@ -27,4 +29,6 @@ class LaunchOptions:
             found.append(f"cores={self.cores}: give a positive number of XLA devices, or leave it out to use all.")
         if self.timeout is not None and not self.timeout > 0:
             found.append(f"timeout={self.timeout}: give a positive number of seconds, or leave it out for no limit.")
+        if not self.stop_grace > 0:
+            found.append(f"stop_grace={self.stop_grace}: give a positive number of seconds.")
         return found

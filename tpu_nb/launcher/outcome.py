@@ -17,6 +17,7 @@ from tpu_nb.launcher.worker import WorkerFailure
 class Succeeded:
     parts: dict[int, dict[str, Any]]  # rank -> the parts it sent back
     seconds: float
+    stopped_at_step: int | None = None  # set when the user stopped it gracefully
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +51,9 @@ def collect(
     ranks_by_pid: dict[int, int],
     first_failed_rank: int | None,
     supervisor_status: int,
-    world_size: int | None,
     wanted_ranks: list[int],
     seconds: float,
+    stopped_at_step: int | None = None,
 ) -> Outcome:
     """Read what the supervisor and workers left in the run dir."""
     failures = {int(path.stem.split("-")[1]): path for path in run_dir.glob("error-*.pkl")}
@@ -68,7 +69,7 @@ def collect(
         if rank_parts is None:
             return Died(rank, None, f"rank {rank} ended without sending back its result", seconds)
         parts[rank] = rank_parts
-    return Succeeded(parts, seconds)
+    return Succeeded(parts, seconds, stopped_at_step)
 
 
 def _died(report: SupervisorReport | None, ranks_by_pid: dict[int, int], supervisor_status: int, seconds: float) -> Died:

@@ -30,4 +30,9 @@ class FunctionProgram:
     args: tuple[Any, ...]
 
     def run(self, context: WorkerContext) -> dict[str, Any]:
-        return {"value": self.fn(*self.args)}
+        from tpu_nb.launcher.control import StopTraining
+
+        try:
+            return {"value": self.fn(*self.args)}
+        except StopTraining:
+            return {"value": None}  # stopped gracefully inside `report(...)`

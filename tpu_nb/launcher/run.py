@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from tpu_nb.events import Event, WorkerFailed, WorkerStarted
+from tpu_nb.events import Event, Stopping, WorkerFailed, WorkerStarted
 from tpu_nb.launcher import outcome as outcomes
 from tpu_nb.launcher.channel import EventReader, open_channel
+from tpu_nb.launcher.control import StopControl
 from tpu_nb.launcher.environment import WorkerEnvironment
 from tpu_nb.launcher.program import Program
 from tpu_nb.launcher.supervisor import supervise
@@ -49,6 +50,8 @@ class Run:
         self.stop_reason: str | None = None
         self.last_step: int | None = None
         self.survivors: list[int] = []
+        self.control = StopControl(environment.devices)
+        self.stopping_step: int | None = None  # set when rank 0 reached a graceful stop
         self._supervisor_status: int | None = None
         self._reader: EventReader | None = None
         self._run_dir: Path | None = None
@@ -61,7 +64,7 @@ class Run:
         sys.stderr.flush()
         reader, writer = open_channel()
         run_dir = Path(tempfile.mkdtemp(prefix="tpu_nb-", dir=_shared_memory_dir()))
-        payload = WorkerPayload(self.program, writer, run_dir, self.all_results)
+        payload = WorkerPayload(self.program, writer, self.control, run_dir, self.all_results)
         kernel_pid = os.getpid()
         pid = os.fork()
         if pid == 0:  # the supervisor: never returns into the kernel's code
@@ -107,6 +110,8 @@ class Run:
             self.world_size = event.world_size
         elif isinstance(event, WorkerFailed) and self.first_failed_rank is None:
             self.first_failed_rank = event.rank
+        elif isinstance(event, Stopping) and event.rank == 0:
+            self.stopping_step = event.step
         step = getattr(event, "step", None)
         if step is not None and getattr(event, "rank", None) == 0:
             self.last_step = step
@@ -118,6 +123,10 @@ class Run:
         while events := self._reader.read(0):
             for event in events:
                 self._deliver(event)
+
+    def request_stop(self) -> None:
+        """Graceful stop: every worker ends at the next step boundary they agree on."""
+        self.control.request()
 
     def terminate(self, reason: str) -> None:
         """Hard stop: SIGTERM the whole process group, then SIGKILL what is left."""
@@ -155,7 +164,7 @@ class Run:
                 return outcomes.Stopped(self.stop_reason, seconds, self.last_step)
             ranks = list(range(self.world_size or 1)) if self.all_results else [0]
             return outcomes.collect(
-                self._run_dir, self.ranks_by_pid, self.first_failed_rank, self._supervisor_status, self.world_size, ranks, seconds
+                self._run_dir, self.ranks_by_pid, self.first_failed_rank, self._supervisor_status, ranks, seconds, self.stopping_step
             )
         finally:
             shutil.rmtree(self._run_dir, ignore_errors=True)

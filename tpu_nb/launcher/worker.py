@@ -18,6 +18,7 @@ from typing import Any
 
 from tpu_nb.events import Output, WorkerFailed, WorkerFinished, WorkerStarted
 from tpu_nb.launcher.channel import EventWriter
+from tpu_nb.launcher.control import StopControl
 from tpu_nb.launcher.program import Program, WorkerContext
 from tpu_nb.progress import reporter as reporting
 from tpu_nb.progress.reporter import WorkerReporter
@@ -31,6 +32,7 @@ _OUTPUT_CHUNK = 700  # characters: 4 bytes each at most, so an event fits one at
 class WorkerPayload:
     program: Program
     writer: EventWriter
+    control: StopControl
     run_dir: Path
     all_results: bool
 
@@ -62,7 +64,7 @@ def run_worker(index: int) -> None:
     rank, world_size = index, xr.world_size()
     _thread_rank.value = rank
     capture_output(payload.writer)
-    reporter = _reporter_for(payload.writer)
+    reporter = _reporter_for(payload)
     reporter.enter(rank)
     context = WorkerContext(rank, world_size, torch_xla.device(), len(xm.get_xla_supported_devices()))
     payload.writer.send(WorkerStarted(rank, world_size, os.getpid(), str(context.device)))
@@ -83,12 +85,12 @@ def run_worker(index: int) -> None:
     payload.writer.send(WorkerFinished(rank))
 
 
-def _reporter_for(writer: EventWriter) -> WorkerReporter:
+def _reporter_for(payload: WorkerPayload) -> WorkerReporter:
     """This process's progress reporter, created (with the Trainer hook) by its first device thread."""
     with _setup_lock:
         reporter = reporting.current()
         if reporter is None:
-            reporter = WorkerReporter(writer)
+            reporter = WorkerReporter(payload.writer, payload.control)
             reporting.install(reporter)
             watch_for_trainer()
         return reporter

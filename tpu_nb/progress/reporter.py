@@ -13,8 +13,9 @@ import threading
 import time
 from typing import Any
 
-from tpu_nb.events import Heartbeat, Notice, Progress
+from tpu_nb.events import Heartbeat, Notice, Progress, Stopping
 from tpu_nb.launcher.channel import EventWriter
+from tpu_nb.launcher.control import StopControl, StopTraining
 
 REPORT_INTERVAL = 0.25  # seconds between Progress events: at most 4 a second
 HEARTBEAT_INTERVAL = 1.0  # seconds between each rank's Heartbeat
@@ -23,11 +24,13 @@ HEARTBEAT_INTERVAL = 1.0  # seconds between each rank's Heartbeat
 class WorkerReporter:
     """One per worker process; knows the ranks of the threads in it."""
 
-    def __init__(self, writer: EventWriter) -> None:
+    def __init__(self, writer: EventWriter, control: StopControl) -> None:
         self.writer = writer
+        self.control = control
         self._ranks = threading.local()
         self._lock = threading.Lock()
         self.steps: dict[int, int | None] = {}
+        self._calls: dict[int, int] = {}
         self.phases: dict[int, str] = {}
         self._last_progress = 0.0
         self.unsent: tuple[Progress, dict[str, Any]] | None = None
@@ -53,6 +56,20 @@ class WorkerReporter:
         if step is not None:
             self.steps[rank] = step
         self.phases[rank] = phase
+
+    def should_stop(self, step: int | None) -> bool:
+        """At a step boundary: has a graceful stop reached this rank's step?
+
+        Without a step number, the count of calls on this rank stands in.
+        """
+        rank = self.rank
+        self._calls[rank] = self._calls.get(rank, 0) + 1
+        boundary = self._calls[rank] if step is None else step
+        if not self.control.should_stop(rank, boundary):
+            return False
+        self.phases[rank] = "stopping"
+        self.writer.send(Stopping(rank, boundary))
+        return True
 
     def due(self) -> bool:
         """True at most every REPORT_INTERVAL; only rank 0 sends metrics."""
@@ -123,7 +140,9 @@ def report(
 ) -> None:
     """Send a training step's progress to the notebook's live display.
 
-    Call it every step: it is rate-limited. `loss` and `metrics` may be
+    Call it every step, after the optimizer step: it is rate-limited. It is
+    also where a hand-written loop stops gracefully: after an interrupt it
+    raises `StopTraining` at the step every rank agreed on. `loss` and `metrics` may be
     Python numbers or XLA tensors (read after the step runs, never forcing
     an extra execution). `batch_size` is the per-core batch, for samples/s.
     Outside a `%%tpu_train` worker it does nothing.
@@ -132,11 +151,16 @@ def report(
     if reporter is None:
         return
     reporter.step(step)
+    stopping = reporter.should_stop(step)
     values = dict(metrics)
     if loss is not None:
         values["loss"] = loss
     samples = None if batch_size is None else batch_size * _world_size()
     progress = Progress(reporter.rank, step, {}, max_steps, epoch, "train", samples)
+    if stopping:
+        reporter.unsent = (progress, values) if reporter.rank == 0 else None
+        reporter.flush()
+        raise StopTraining(f"stopped by the user at step {progress.step}")
     if not reporter.due():
         reporter.unsent = (progress, values) if reporter.rank == 0 else None
         return

@@ -18,6 +18,12 @@ class TpuNbCallback(TrainerCallback):  # type: ignore[misc]
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _note(state, args, "train")
+        reporter = reporting.current()
+        if reporter is not None and reporter.should_stop(state.global_step):
+            # Graceful stop: Trainer ends after this step and saves a
+            # checkpoint (from the master, through xm.save on XLA).
+            control.should_training_stop = True
+            control.should_save = True
 
     def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _note(state, args, "eval")

@@ -1,0 +1,52 @@
+"""A tiny BERT with a word-level tokenizer trained on the demo sentences, saved like a local model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def save_tiny_bert(directory: Path, max_positions: int = 64, seed: int = 0) -> Path:
+    """Save a randomly initialised 1-layer BERT (hidden 128) and its tokenizer; the task head comes from prepare().
+
+    Without dropout, so that it learns the demo task within about a hundred steps from scratch.
+    """
+    import torch
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    from tpu_nb.recipes.demo_data import demo_examples
+
+    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator((text for text, _ in demo_examples(2000, seed=99)), trainers.WordLevelTrainer(special_tokens=list(SPECIAL_TOKENS)))
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=max_positions,
+    )
+    fast.save_pretrained(directory)
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=len(fast),
+        hidden_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=256,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        max_position_embeddings=max_positions,
+        pad_token_id=fast.pad_token_id,
+    )
+    BertModel(config).save_pretrained(directory)
+    return directory
