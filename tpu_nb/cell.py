@@ -79,21 +79,39 @@ class CellResult:
 
     value: Any
     has_value: bool
+    returned: dict[str, Any]
     updated_in_place: tuple[str, ...]
     assigned: tuple[str, ...]
+    kept: tuple[str, ...]
     missing: tuple[str, ...]
     not_transferable: tuple[str, ...]
 
 
-def apply_results(parts: dict[str, Any], namespace: dict[str, Any]) -> CellResult:
-    """Put rank 0's `--return` values into the notebook; modules are updated in place."""
-    updated, assigned, not_transferable = [], [], []
+_UNBOUND = object()
+
+
+def bindings(namespace: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """What each name is bound to now, to tell later whether the user rebound it."""
+    return {name: namespace.get(name, _UNBOUND) for name in names}
+
+
+def apply_results(parts: dict[str, Any], namespace: dict[str, Any], unless_rebound: dict[str, Any] | None = None) -> CellResult:
+    """Put rank 0's `--return` values into the notebook; modules are updated in place.
+
+    With `unless_rebound` (the `bindings` at launch), a name the user has
+    bound to something else since is kept as it is and listed in `kept`.
+    """
+    returned: dict[str, Any] = {}
+    updated, assigned, kept, not_transferable = [], [], [], []
     for key, value in parts.items():
         if not key.startswith(_RETURN):
             continue
         name = key[len(_RETURN) :]
+        returned[name] = value
         if isinstance(value, NotTransferable):
             not_transferable.append(f"{name} ({value.reason})")
+        elif unless_rebound is not None and namespace.get(name, _UNBOUND) is not unless_rebound.get(name, _UNBOUND):
+            kept.append(name)
         elif isinstance(value, ModuleWeights) and _is_module(namespace.get(name)):
             namespace[name].load_state_dict(value.state_dict)
             updated.append(name)
@@ -103,8 +121,10 @@ def apply_results(parts: dict[str, Any], namespace: dict[str, Any]) -> CellResul
     return CellResult(
         value=parts.get(VALUE),
         has_value=VALUE in parts,
+        returned=returned,
         updated_in_place=tuple(updated),
         assigned=tuple(assigned),
+        kept=tuple(kept),
         missing=tuple(parts.get(MISSING, ())),
         not_transferable=tuple(not_transferable),
     )

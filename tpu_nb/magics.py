@@ -10,10 +10,14 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from tpu_nb.cell import CellProgram, apply_results
+from tpu_nb.cell import CellProgram, CellResult, apply_results, bindings
 from tpu_nb.launcher.api import result_of
-from tpu_nb.launcher.controller import run_in_foreground
+from tpu_nb.launcher.background import MetricsLog, TrainingRun
+from tpu_nb.launcher.controller import RunController, Write, final_status, run_in_foreground, write_to_sys
 from tpu_nb.launcher.options import LaunchOptions
+from tpu_nb.launcher.outcome import Outcome
+from tpu_nb.progress.display import widgets_supported
+from tpu_nb.progress.run_controls import RunControls
 from tpu_nb.runtime import RuntimePanel, detect
 
 
@@ -40,26 +44,76 @@ class TpuMagics(Magics):
     )
     @argument("--all-ranks-output", action="store_true", help="Show what every rank prints, prefixed with its rank.")
     @argument("--no-progress", action="store_true", help="Do not show the live progress display.")
+    @argument(
+        "--stop-grace",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="After an interrupt (or .stop()), wait this long for the workers to reach a step boundary "
+        "before terminating them (default 5).",
+    )
+    @argument("--background", action="store_true", help="Return at once with a run handle; the notebook stays free while it trains.")
+    @argument("--name", default="run", metavar="NAME", help="With --background: bind the run's handle to NAME (default: run).")
     @cell_magic
     def tpu_train(self, line: str, cell: str) -> Any:
         """Run this cell on every TPU core (one XLA:CPU worker off-TPU), through xmp.spawn with fork.
 
         The workers see everything the notebook defined, plus `device`,
         `rank`, `world_size` and `report(step=..., loss=...)`. The value of
-        the last line on rank 0 is the cell's result.
+        the last line on rank 0 is the cell's result. The first interrupt
+        stops the workers at the next step boundary (`report(...)` raises
+        `StopTraining`; a Trainer stops and saves a checkpoint) and the
+        trained model still comes back; a second interrupt stops at once.
         """
         args = parse_argstring(self.tpu_train, line)
-        options = LaunchOptions(cores=args.cores, timeout=args.timeout, all_ranks_output=args.all_ranks_output, progress=not args.no_progress)
+        if not args.name.isidentifier():
+            raise UsageError(f"--name {args.name}: give a Python identifier to bind the run's handle to.")
+        options = LaunchOptions(
+            cores=args.cores,
+            timeout=args.timeout,
+            all_ranks_output=args.all_ranks_output,
+            progress=not args.no_progress,
+            stop_grace=args.stop_grace,
+        )
         program = self._compile(line, cell, tuple(args.return_names))
+        if args.background:
+            return self._start_in_background(program, options, args.name)
         outcome = run_in_foreground(program, options, observers=[], title="%%tpu_train")
         result = apply_results(result_of(outcome)[0], self.shell.user_ns)
-        for name in result.updated_in_place:
-            print(f"tpu_nb: updated `{name}` in place with rank 0's trained weights.")
-        problems = [f"--return {name}: the cell did not define `{name}` on rank 0." for name in result.missing]
-        problems += [f"--return {detail}" for detail in result.not_transferable]
-        if problems:
-            raise UsageError("\n".join(problems) + "\nEverything else was returned.")
+        report_returns(result, write_to_sys)
         return result.value if result.has_value else None
+
+    def _start_in_background(self, program: CellProgram, options: LaunchOptions, name: str) -> TrainingRun:
+        namespace = self.shell.user_ns
+        launched_with = bindings(namespace, program.return_names)
+        controls = RunControls() if widgets_supported() else None
+        write = write_to_sys if controls is None else controls.write
+        metrics = MetricsLog()
+        controller = RunController(program, options, [metrics], title=f"background run `{name}`", write=write)
+        if controls is not None:
+            controls.display()
+
+        def on_end(outcome: Outcome) -> Any:
+            if controls is not None:
+                controls.disable()
+            status, detail = final_status(outcome)
+            write("stdout", f"tpu_nb: run `{name}` ended: {detail or status}.\n")
+            result = apply_results(result_of(outcome)[0], namespace, unless_rebound=launched_with)
+            run.returned.update(result.returned)
+            for kept in result.kept:
+                write(
+                    "stderr",
+                    f"tpu_nb: kept your `{kept}`: it was rebound while `{name}` ran. "
+                    f"The trained value is in {name}.returned[{kept!r}].\n",
+                )
+            report_returns(result, write)
+            return result.value if result.has_value else None
+
+        run = TrainingRun(controller, metrics, name, on_end)
+        if controls is not None:
+            controls.bind(run)
+        namespace[name] = run
+        return run.start()
 
     def _compile(self, line: str, cell: str, return_names: tuple[str, ...]) -> CellProgram:
         shell = self.shell
@@ -74,6 +128,16 @@ class TpuMagics(Magics):
             # Shown like a normal cell's syntax error, and nothing is started.
             shell.showsyntaxerror(filename)
             raise UsageError(f"the cell has a syntax error (line {error.lineno}); nothing was started.") from None
+
+
+def report_returns(result: CellResult, write: Write) -> None:
+    """Say what came back; a missing or unpicklable `--return` name is a usage error."""
+    for name in result.updated_in_place:
+        write("stdout", f"tpu_nb: updated `{name}` in place with rank 0's trained weights.\n")
+    problems = [f"--return {name}: the cell did not define `{name}` on rank 0." for name in result.missing]
+    problems += [f"--return {detail}" for detail in result.not_transferable]
+    if problems:
+        raise UsageError("\n".join(problems) + "\nEverything else was returned.")
 
 
 def load(ipython: InteractiveShell) -> None:

@@ -6,6 +6,8 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -88,12 +90,12 @@ def test_timeout_stops_every_worker() -> None:
     assert not descendants(os.getpid())
 
 
-def interrupt_when_running(delays: tuple[float, ...]) -> None:
-    """SIGINT this process (as Jupyter does) once workers run, after each delay."""
+def interrupt_when(ready: Callable[[], bool], delays: tuple[float, ...]) -> None:
+    """SIGINT this process (as Jupyter does) once `ready()`, then after each delay."""
     main_pid = os.getpid()
 
     def send() -> None:
-        if wait_until(lambda: bool(descendants(main_pid)), timeout=30):
+        if wait_until(ready, timeout=60):
             for delay in delays:
                 time.sleep(delay)
                 os.kill(main_pid, signal.SIGINT)
@@ -101,21 +103,29 @@ def interrupt_when_running(delays: tuple[float, ...]) -> None:
     threading.Thread(target=send, daemon=True).start()
 
 
-def train_until_stopped() -> int:
+def interrupt_when_running(delays: tuple[float, ...]) -> None:
+    main_pid = os.getpid()
+    interrupt_when(lambda: bool(descendants(main_pid)), delays)
+
+
+def train_until_stopped(flag: str) -> int:
     step = 0
     try:
         while True:
             step += 1
             time.sleep(0.05)
             tpu_nb.report(step=step)
+            if step == 10:
+                open(flag, "w").close()
     except tpu_nb.StopTraining:
         return step
 
 
-def test_one_interrupt_stops_a_reporting_loop_at_a_step_boundary() -> None:
-    interrupt_when_running((4,))
-    stopped_at = tpu_nb.launch(train_until_stopped)
-    assert stopped_at > 10  # it ran for seconds, then ended by itself
+def test_one_interrupt_stops_a_reporting_loop_at_a_step_boundary(tmp_path: Path) -> None:
+    flag = tmp_path / "training"
+    interrupt_when(flag.exists, (0.5,))
+    stopped_at = tpu_nb.launch(train_until_stopped, str(flag))
+    assert stopped_at > 10  # it trained, then ended by itself at a step boundary
     assert not descendants(os.getpid())
 
 

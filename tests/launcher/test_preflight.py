@@ -21,7 +21,7 @@ def test_a_ready_runtime_gets_its_worker_environment(make_system: MakeSystem) ->
 def test_a_running_launch_is_named(make_system: MakeSystem) -> None:
     with pytest.raises(LaunchRefused, match="a %%tpu_train cell is still running in this kernel") as refused:
         check_can_launch(detect(make_system("cpu_laptop")), LaunchOptions(), running="a %%tpu_train cell")
-    assert "interrupt it" in str(refused.value)
+    assert "interrupt its cell, or call .stop() or .kill()" in str(refused.value)
 
 
 def test_missing_torch_xla_gives_the_install_command(make_system: MakeSystem) -> None:

@@ -6,7 +6,8 @@ import signal
 from typing import Any, Callable
 
 from tpu_nb.launcher import outcome as outcomes
-from tpu_nb.launcher.controller import run_in_foreground
+from tpu_nb.launcher.background import MetricsLog, TrainingRun
+from tpu_nb.launcher.controller import RunController, run_in_foreground
 from tpu_nb.launcher.errors import TrainingInterrupted, TrainingTimedOut, WorkerDied, WorkerError
 from tpu_nb.launcher.options import LaunchOptions
 from tpu_nb.launcher.program import FunctionProgram
@@ -41,11 +42,14 @@ def launch(
     all_ranks_output: bool = False,
     progress: bool = True,
     all_results: bool = False,
-    stop_grace: float = 10.0,
+    stop_grace: float = 5.0,
+    background: bool = False,
 ) -> Any:
     """Run `fn(*args)` in a worker per XLA device (forked: no pickling) and return rank 0's result.
 
     With `all_results=True`, return every rank's result as a list by rank.
+    With `background=True`, return at once a `TrainingRun` handle (`status`,
+    `wait()`, `stop()`, `kill()`, `metrics`, `result`).
     An interrupt stops gracefully: `report(...)` raises `StopTraining` in
     `fn` at the next step every rank reaches (within `stop_grace` seconds,
     else every worker is terminated); a second interrupt stops at once.
@@ -53,8 +57,16 @@ def launch(
     `WorkerDied`, `TrainingInterrupted` or `TrainingTimedOut`.
     """
     options = LaunchOptions(cores, timeout, all_ranks_output, progress, all_results, stop_grace)
-    outcome = run_in_foreground(FunctionProgram(fn, args), options, [], title=f"tpu_nb.launch({getattr(fn, '__name__', fn)!s})")
-    parts = result_of(outcome)
-    if all_results:
-        return [parts[rank]["value"] for rank in sorted(parts)]
-    return parts[0]["value"]
+    title = f"tpu_nb.launch({getattr(fn, '__name__', fn)!s})"
+
+    def value_of(outcome: outcomes.Outcome) -> Any:
+        parts = result_of(outcome)
+        if all_results:
+            return [parts[rank]["value"] for rank in sorted(parts)]
+        return parts[0]["value"]
+
+    if background:
+        metrics = MetricsLog()
+        controller = RunController(FunctionProgram(fn, args), options, [metrics], title)
+        return TrainingRun(controller, metrics, str(getattr(fn, "__name__", "run")), value_of).start()
+    return value_of(run_in_foreground(FunctionProgram(fn, args), options, [], title))

@@ -19,7 +19,7 @@ class LaunchOptions:
     """Show the live progress display."""
     all_results: bool = False
     """Return every rank's result (a list by rank) instead of rank 0's."""
-    stop_grace: float = 10.0
+    stop_grace: float = 5.0
     """After a graceful stop request, seconds to wait for the workers to reach a step boundary."""
 
     def problems(self) -> list[str]:

@@ -13,8 +13,8 @@ def check_can_launch(info: RuntimeInfo, options: LaunchOptions, running: str | N
     problems = []
     if running is not None:
         problems.append(
-            f"{running} is still running in this kernel. Wait for it to end, or interrupt it "
-            "(Kernel > Interrupt) before starting another: TPU cores cannot be shared between runs."
+            f"{running} is still running in this kernel: TPU cores cannot be shared between runs. "
+            "Wait for it, or stop it first: interrupt its cell, or call .stop() or .kill() on a background run's handle."
         )
     problems += [f"{problem.message}\n  Fix: {problem.fix}" for problem in info.errors]
     problems += options.problems()

@@ -71,7 +71,7 @@ def _sentence(rng: random.Random, label: int) -> tuple[str, int]:
     form = rng.random()
     if form < 0.5:
         text = _clause(rng, label)
-        if text.startswith("what a"):
+        if text.startswith("what "):
             return text + "!", label
     elif form < 0.75:
         text = f"{_clause(rng, 1 - label)}, but {_clause(rng, label)}"  # the part after "but" decides
@@ -110,7 +110,8 @@ def _verb(rng: random.Random, label: int) -> str:
 
 
 def _exclamation(rng: random.Random, label: int) -> str:
-    return f"what a {_intensified(rng, rng.choice(_ADJECTIVES[label]))} {rng.choice(_NOUNS)}"
+    phrase = f"{_intensified(rng, rng.choice(_ADJECTIVES[label]))} {rng.choice(_NOUNS)}"
+    return f"what {'an' if phrase[0] in 'aeiou' else 'a'} {phrase}"
 
 
 def _negated_verb(rng: random.Random, label: int) -> str:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from .sources import display_path
+
 CONFIG_FILE = "config.json"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
@@ -50,12 +52,13 @@ def model_type(path: Path) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def cached_hub_models() -> list[LocalModel]:
+def cached_hub_models(cache_dir: str | Path | None = None) -> list[LocalModel]:
+    """Models in the Hugging Face cache (`cache_dir`, default: the one huggingface_hub uses)."""
     from huggingface_hub import scan_cache_dir
     from huggingface_hub.errors import CacheNotFound
 
     try:
-        cache = scan_cache_dir()
+        cache = scan_cache_dir(cache_dir)
     except CacheNotFound:
         return []
     models = []
@@ -101,7 +104,7 @@ def models_in(directories: Iterable[str | Path]) -> list[LocalModel]:
         for path in candidates:
             kind = model_type(path) if is_model_directory(path) else None
             if kind is not None:
-                models.append(LocalModel(_display_path(path), kind, "directory"))
+                models.append(LocalModel(display_path(path), kind, "directory"))
     return models
 
 
@@ -111,13 +114,3 @@ def _subdirectories(root: Path) -> Iterator[Path]:
             yield from (Path(entry.path) for entry in entries if entry.is_dir() and not entry.name.startswith("."))
     except OSError:
         return
-
-
-def _display_path(path: Path) -> str:
-    """A path relative to the working directory when it is below it (shorter in a dropdown), else absolute."""
-    absolute = path.resolve()
-    try:
-        relative = absolute.relative_to(Path.cwd().resolve())
-    except ValueError:
-        return str(absolute)
-    return "." if relative == Path() else f"./{relative}"

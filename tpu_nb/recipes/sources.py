@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Literal
 
 from .config import DEMO_DATASET
@@ -45,3 +46,13 @@ def file_suffix(name: str) -> str:
 def file_builder(path: str) -> str | None:
     """The `datasets` builder for a data file, or None when its format is not supported."""
     return DATA_FILE_BUILDERS.get(file_suffix(path))
+
+
+def display_path(path: Path) -> str:
+    """A path relative to the working directory when it is below it ("./data.csv"), else absolute."""
+    absolute = path.absolute()
+    try:
+        relative = absolute.relative_to(Path.cwd())
+    except ValueError:
+        return str(absolute)
+    return "." if relative == Path() else f"./{relative}"

@@ -8,6 +8,7 @@ longer start workers.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainerCallback, TrainingArguments
 
 _TIMING_KEYS = ("runtime", "samples_per_second", "steps_per_second")
+# Trainer adds its own set-up time to the first evaluation's metrics; it says nothing about the model.
+_NOT_METRICS = ("eval_model_preparation_time",)
 
 
 class NotInWorker(RuntimeError):
@@ -177,13 +180,14 @@ def _evaluate(trainer: Trainer, config: TrainConfig) -> dict[str, float]:
     metrics = trainer.evaluate()
     if config.task in (MASKED_LM, CAUSAL_LM):
         metrics = with_perplexity(metrics)
-    return {name.removeprefix("eval_"): float(value) for name, value in metrics.items()}
+    return {name.removeprefix("eval_"): float(value) for name, value in metrics.items() if name not in _NOT_METRICS}
 
 
 def _refuse_outside_workers() -> None:
-    from tpu_nb.progress import reporter
-
-    if reporter.current() is None:
+    # Every tpu_nb worker has imported the reporter module and installed its reporter; when
+    # the module is not even imported, this is not a worker (and need not pay for the import).
+    reporter = sys.modules.get("tpu_nb.progress.reporter")
+    if reporter is None or reporter.current() is None:
         raise NotInWorker(
             "FineTuning.train() runs on the TPU cores: call it as tpu_nb.launch(fine_tuning.train) or inside a "
             "%%tpu_train cell. Run here, it would start the XLA runtime in the notebook, and then no TPU worker could start."

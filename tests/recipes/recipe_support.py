@@ -1,4 +1,4 @@
-"""A tiny BERT with a word-level tokenizer trained on the demo sentences, saved like a local model."""
+"""Shared by the recipe and picker tests: a tiny local model, and a check that XLA stayed off in this process."""
 
 from __future__ import annotations
 
@@ -50,3 +50,10 @@ def save_tiny_bert(directory: Path, max_positions: int = 64, seed: int = 0) -> P
     )
     BertModel(config).save_pretrained(directory)
     return directory
+
+
+def xla_runtime_started() -> bool:
+    """Whether this (test) process started the XLA runtime: after that no launch could start workers."""
+    import torch_xla
+
+    return bool(torch_xla._XLAC._xla_runtime_is_initialized())

@@ -1,0 +1,106 @@
+"""The quick-start notebook, run in JupyterLab in a real (headless) Chromium, as a person would.
+
+Checks what the page shows: no error output, the dashboard's progress bar
+finished at 100%, its chart drawn, and a model that learned something.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest.importorskip(
+    "playwright.sync_api",
+    reason="needs playwright: `pip install playwright` (never `playwright install`; the test drives Debian's chromium)",
+)
+pytest.importorskip("jupyterlab", reason="needs JupyterLab 4: `pip install 'jupyterlab>=4,<5'`")
+
+from lab_server import CHROMIUM, REPO, JupyterLabServer  # noqa: E402
+from lab_page import open_notebook, run_all_cells, save_notebook, screenshot_whole_notebook  # noqa: E402
+from playwright.sync_api import Locator, Page, expect  # noqa: E402
+
+if not CHROMIUM.exists():
+    pytest.skip(f"needs Chromium at {CHROMIUM}: `apt-get install chromium`", allow_module_level=True)
+
+NOTEBOOK = "01_quickstart.ipynb"
+SCREENSHOT = REPO / "build" / "browser_quickstart.png"
+RUN_ALL_MS = 150_000  # the %%tpu_train cell takes 15-30 s on XLA:CPU; the rest a few seconds
+FAILURE_TEXT = re.compile(r"Traceback \(most recent call last\)|UsageError: ")
+# Plain groups: playwright hands the pattern to JavaScript, which has no (?P<name>...).
+ACCURACY_LINE = re.compile(r"accuracy before: ([\d.]+), after: ([\d.]+)")
+
+
+def test_quickstart_runs_in_jupyterlab(jupyterlab: JupyterLabServer, page: Page) -> None:
+    expect.set_options(timeout=15_000)
+    panel = open_notebook(page, jupyterlab.lab_url(NOTEBOOK), NOTEBOOK)
+    try:
+        run_all_cells(page, timeout_ms=RUN_ALL_MS)
+    finally:
+        # Also after a timeout: the picture is the quickest way to see what went wrong.
+        screenshot_whole_notebook(page, panel, SCREENSHOT)
+
+    assert_every_cell_ran_without_error(panel, jupyterlab, page)
+    dashboard = panel.locator(".jp-OutputArea-output").filter(has=page.locator(".widget-hprogress"))
+    expect(dashboard, "the %%tpu_train cell shows exactly one dashboard").to_have_count(1)
+    assert_progress_finished(dashboard)
+    assert_chart_drawn(dashboard, page)
+    assert_model_learned(panel)
+
+
+def assert_every_cell_ran_without_error(panel: Locator, jupyterlab: JupyterLabServer, page: Page) -> None:
+    """Every code cell ran and none failed: checked in the page and in the notebook JupyterLab saves.
+
+    JupyterLab 4 renders an error output exactly like stderr (both
+    `data-mime-type="application/vnd.jupyter.stderr"`), stderr may hold
+    harmless warnings, and IPython sends a UsageError as plain stderr text.
+    So: Run All stops at a failing cell, leaving later ones unrun; the page
+    must show no traceback or UsageError text; and the saved notebook must
+    hold no output of type "error".
+    """
+    prompts = [text.strip() for text in panel.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()]
+    assert all(re.search(r"\d", prompt) for prompt in prompts), f"not every code cell ran: prompts {prompts}"
+
+    failures = panel.locator(".jp-OutputArea-output").filter(has_text=FAILURE_TEXT)
+    assert failures.count() == 0, "failure shown in the page:\n" + "\n\n".join(failures.all_inner_texts())
+
+    save_notebook(page)
+    notebook = jupyterlab.api(f"contents/{NOTEBOOK}?content=1")["content"]
+    errors = [
+        f"cell {index}: {output['ename']}: {output['evalue']}"
+        for index, cell in enumerate(notebook["cells"])
+        for output in cell.get("outputs", [])
+        if output["output_type"] == "error"
+    ]
+    assert not errors, "error outputs in the saved notebook:\n" + "\n".join(errors)
+
+
+def assert_progress_finished(dashboard: Locator) -> None:
+    """The ipywidgets IntProgress rendered, green ("success") and full."""
+    progress = dashboard.locator(".widget-hprogress")
+    expect(progress).to_be_visible()
+    bar = progress.locator(".progress-bar")
+    expect(bar).to_have_class(re.compile(r"\bprogress-bar-success\b"))
+    assert bar.evaluate("element => element.style.width") == "100%"
+
+
+def assert_chart_drawn(dashboard: Locator, page: Page) -> None:
+    """The dashboard's chart (an ipywidgets Image) shows a decoded PNG."""
+    chart = dashboard.locator("img")
+    expect(chart).to_have_count(1)
+    expect(chart).to_be_visible()
+    source = chart.get_attribute("src") or ""
+    assert source.startswith(("blob:", "data:image/png")), f"unexpected chart source {source[:60]!r}"
+    page.wait_for_function("image => image.complete", arg=chart.element_handle(), timeout=10_000)
+    width, height = chart.evaluate("image => [image.naturalWidth, image.naturalHeight]")
+    assert width > 0 and height > 0, "the chart image did not decode"
+
+
+def assert_model_learned(panel: Locator) -> None:
+    """The last cell's "accuracy before: X, after: Y" line shows Y > X."""
+    line = panel.locator(".jp-OutputArea-output").filter(has_text=ACCURACY_LINE)
+    expect(line).to_have_count(1)
+    match = ACCURACY_LINE.search(line.inner_text())
+    assert match is not None
+    before, after = float(match[1]), float(match[2])
+    assert after > before, f"accuracy did not improve: before {before}, after {after}"

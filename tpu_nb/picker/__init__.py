@@ -1,0 +1,31 @@
+"""The fine-tuning picker: choose a model, a dataset and hyperparameters in a widget.
+
+It checks the choice as you go (every problem at once), previews what the
+model will see, then inserts a ready training cell or trains in place.
+Importing this package is cheap: ipywidgets and the recipes' libraries are
+imported when a picker is made, because every TPU worker imports tpu_nb.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .widget import Picker
+
+
+def picker(shell: Any = None, directory: str | Path | None = None) -> Picker:
+    """A new picker widget (display it, or leave it as a cell's last expression).
+
+    `shell` is the IPython shell whose namespace gets the trained model and
+    which inserts cells (default: the running one); `directory` is where it
+    looks for data files and local models, and puts uploads (default: the
+    working directory).
+    """
+    from .widget import Picker
+
+    return Picker(shell, None if directory is None else Path(directory))
+
+
+__all__ = ["picker"]

@@ -1,0 +1,39 @@
+"""Stop and Kill buttons and an output area for a background run (ipywidgets)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import ipywidgets as widgets
+from IPython.display import display
+
+if TYPE_CHECKING:
+    from tpu_nb.launcher.background import TrainingRun
+
+
+class RunControls:
+    """Shown under a background run's dashboard while the notebook stays free."""
+
+    def __init__(self) -> None:
+        self.stop_button = widgets.Button(description="Stop", icon="stop", tooltip="Stop after the next step, keeping the model")
+        self.kill_button = widgets.Button(description="Kill", icon="times", button_style="danger", tooltip="Terminate every worker now")
+        # The cell that started the run has finished: text goes here, not to whatever cell runs now.
+        self.output = widgets.Output()
+        self.widget = widgets.VBox([widgets.HBox([self.stop_button, self.kill_button]), self.output])
+
+    def display(self) -> None:
+        display(self.widget)
+
+    def bind(self, run: TrainingRun) -> None:
+        self.stop_button.on_click(lambda _button: run.stop())
+        self.kill_button.on_click(lambda _button: run.kill())
+
+    def write(self, stream: str, text: str) -> None:
+        if stream == "stderr":
+            self.output.append_stderr(text)
+        else:
+            self.output.append_stdout(text)
+
+    def disable(self) -> None:
+        self.stop_button.disabled = True
+        self.kill_button.disabled = True
