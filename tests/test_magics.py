@@ -106,7 +106,7 @@ def test_training_a_tiny_transformer_updates_the_notebook_model_in_place(ip: Int
 
 
 def test_a_worker_exception_points_into_the_cell(ip: InteractiveShell) -> None:
-    result, captured = run(ip, "%%tpu_train\nx = 1\ny = 0\nz = x / y\n")
+    result, _ = run(ip, "%%tpu_train\nx = 1\ny = 0\nz = x / y\n")
     assert isinstance(result.error_in_exec, WorkerError)
     assert result.error_in_exec.rank == 0
     rendered = "\n".join(result.error_in_exec._render_traceback_())

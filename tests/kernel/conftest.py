@@ -8,7 +8,6 @@ from collections.abc import Iterator
 import nbformat
 import pytest
 from nbclient import NotebookClient
-
 from support.kernel import Kernel
 
 

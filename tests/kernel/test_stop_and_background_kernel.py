@@ -6,8 +6,6 @@ import os
 import signal
 import time
 
-import pytest
-
 from support.kernel import Kernel, errors_of, text_of
 from support.processes import descendants, wait_until
 from test_dashboard_kernel import TRAINER_SETUP, widgets

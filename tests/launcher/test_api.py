@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.processes import descendants, wait_until
 
 import tpu_nb
-from support.processes import descendants, wait_until
 from tpu_nb.launcher import LaunchRefused, TrainingInterrupted, TrainingTimedOut, WorkerDied, WorkerError
 
 

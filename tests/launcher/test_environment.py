@@ -3,8 +3,8 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from support.platforms import MakeSystem
+
 from tpu_nb.launcher.environment import CoresUnavailable, plan_environment
 from tpu_nb.runtime import detect
 

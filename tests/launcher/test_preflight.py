@@ -5,8 +5,8 @@ import sys
 import textwrap
 
 import pytest
-
 from support.platforms import MakeSystem
+
 from tpu_nb.launcher.errors import LaunchRefused
 from tpu_nb.launcher.options import LaunchOptions
 from tpu_nb.launcher.preflight import check_can_launch

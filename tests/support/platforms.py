@@ -20,7 +20,6 @@ import pytest
 
 from tpu_nb.runtime import SystemView
 
-
 FIXTURES = Path(__file__).parent.parent / "runtime" / "fixtures"
 
 MakeSystem = Callable[..., SystemView]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import signal
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tpu_nb.launcher import outcome as outcomes
 from tpu_nb.launcher.background import MetricsLog, TrainingRun
@@ -11,6 +12,7 @@ from tpu_nb.launcher.controller import RunController, run_in_foreground
 from tpu_nb.launcher.errors import TrainingInterrupted, TrainingTimedOut, WorkerDied, WorkerError
 from tpu_nb.launcher.options import LaunchOptions
 from tpu_nb.launcher.program import FunctionProgram
+
 
 def result_of(outcome: outcomes.Outcome) -> dict[int, dict[str, Any]]:
     """The parts each rank sent back, or the exception that says why there are none."""

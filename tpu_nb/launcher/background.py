@@ -7,7 +7,8 @@ handle only sets flags and reads results, so it is safe from any thread.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tpu_nb.events import Event, Progress
 from tpu_nb.launcher import outcome as outcomes

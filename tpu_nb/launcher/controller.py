@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from tpu_nb.events import Event, Output
 from tpu_nb.launcher import outcome as outcomes
