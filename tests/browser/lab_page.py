@@ -10,7 +10,7 @@ from pathlib import Path
 
 from playwright.sync_api import Locator, Page
 
-KERNEL_READY_MS = 90_000
+KERNEL_READY_MS = 60_000
 SAVE_MS = 30_000
 SCREENSHOT_MAX_HEIGHT = 8_000
 

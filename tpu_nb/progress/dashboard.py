@@ -56,7 +56,7 @@ class Dashboard:
         self.progress_bar = widgets.IntProgress(min=0, max=1, value=0, layout=widgets.Layout(width="60%"))
         self.step_label = widgets.Label()
         self.detail = widgets.HTML()
-        self.chart = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="100%"))
+        self.chart = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="100%", align_self="flex-start"))
         self.table = widgets.HTML()
         self.worker_rows = widgets.HTML()
         self.health = widgets.HTML()

@@ -212,6 +212,8 @@ class RunProgress:
         elif isinstance(event, Heartbeat):
             self._on_heartbeat(event, worker, now)
         elif isinstance(event, Progress):
+            if event.step is not None:
+                worker.step = event.step  # fresher than its last heartbeat
             self._on_progress(event, now)
 
     def finish(self, status: FinalStatus, detail: str | None = None) -> None:

@@ -25,7 +25,7 @@ STATUS_COLOURS: dict[str, str] = {
     "stopped": "#b26a00",
 }
 _CHART_POINTS = 1000  # per line: more only slows rendering down, at no visible gain
-_CHART_DPI = 80
+_CHART_DPI = 100
 _HEALTH_COLOURS = {"pending": "#607d8b", "stable": "#2e7d32", "warning": "#b26a00"}
 _CELL = "padding:2px 10px;text-align:right"
 
