@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
+    from tpu_nb.picking.widget import Picker
     from tpu_nb.runtime import RuntimePanel
 
 
@@ -56,6 +57,16 @@ def __getattr__(name: str) -> Any:
 
         return StopTraining
     raise AttributeError(f"module 'tpu_nb' has no attribute {name!r}")
+
+
+def picker(directory: str | None = None) -> Picker:
+    """The fine-tuning picker: task, model, dataset, hyperparameters; preview, insert a cell or train now.
+
+    Leave it as a cell's last line to show it; `directory` is also searched for local models.
+    """
+    from tpu_nb.picking import picker as make_picker
+
+    return make_picker(directory=directory)
 
 
 def runtime_panel() -> RuntimePanel:

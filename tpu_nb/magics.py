@@ -31,6 +31,15 @@ class TpuMagics(Magics):
         display(RuntimePanel(detect()))
 
     @magic_arguments()
+    @line_magic
+    def tpu_picker(self, line: str) -> Any:
+        """Pick a task, model, dataset and hyperparameters; check them, preview the data, then insert a training cell or train now."""
+        parse_argstring(self.tpu_picker, line)
+        from tpu_nb.picking import picker
+
+        return picker(self.shell)
+
+    @magic_arguments()
     @argument("--cores", type=int, metavar="N", help="Use N XLA devices instead of all of them.")
     @argument("--timeout", type=float, metavar="SECONDS", help="Stop every worker after SECONDS, like an interrupt.")
     @argument(
@@ -147,5 +156,6 @@ def load(ipython: InteractiveShell) -> None:
 def unload(ipython: InteractiveShell) -> None:
     manager = ipython.magics_manager
     manager.magics["line"].pop("tpu_info", None)
+    manager.magics["line"].pop("tpu_picker", None)
     manager.magics["cell"].pop("tpu_train", None)
     manager.registry.pop(TpuMagics.__name__, None)

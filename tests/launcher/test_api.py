@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.kernel import plain
 from support.processes import descendants, wait_until
 
 import tpu_nb
@@ -69,7 +70,7 @@ def test_a_worker_exception_carries_its_traceback() -> None:
         tpu_nb.launch(divide_by_zero)
     error = raised.value
     assert (error.rank, error.world_size, error.type_name) == (0, 1, "ZeroDivisionError")
-    text = str(error)
+    text = plain(str(error))  # coloured when an IPython shell exists in this process
     assert "rank 0 of 1 raised ZeroDivisionError: division by zero" in text
     assert "numerator / 0" in text
     assert "tpu_nb/launcher" not in text  # our own frames are not the user's problem

@@ -12,7 +12,6 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
-
 from recipe_support import save_tiny_bert  # noqa: E402
 
 
@@ -28,4 +27,3 @@ def ip() -> Iterator[InteractiveShell]:
     shell.run_line_magic("load_ext", "tpu_nb")
     yield shell
     shell.run_line_magic("unload_ext", "tpu_nb")
-

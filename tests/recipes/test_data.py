@@ -79,5 +79,7 @@ def test_language_modelling_packs_texts_into_full_blocks(tiny_bert: Path) -> Non
 
 
 def test_group_texts_drops_the_remainder() -> None:
-    packed = group_texts({"input_ids": [[1, 2, 3], [4, 5], [6, 7, 8, 9]], "attention_mask": [[1, 1, 1], [1, 1], [1, 1, 1, 1]]}, block_size=4, with_labels=True)
+    packed = group_texts(
+        {"input_ids": [[1, 2, 3], [4, 5], [6, 7, 8, 9]], "attention_mask": [[1, 1, 1], [1, 1], [1, 1, 1, 1]]}, block_size=4, with_labels=True
+    )
     assert packed == {"input_ids": [[1, 2, 3, 4], [5, 6, 7, 8]], "attention_mask": [[1] * 4, [1] * 4], "labels": [[1, 2, 3, 4], [5, 6, 7, 8]]}

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from recipe_support import xla_runtime_started
+
 from tpu_nb.recipes import DatasetFacts, ModelFacts, NotFound, TrainConfig, check, gather_facts
 from tpu_nb.recipes.facts import dataset_facts, model_facts, output_dir_problem
 
@@ -39,7 +39,9 @@ def test_a_hub_model_offline_lists_the_models_found_here(tiny_bert: Path, tmp_pa
     shutil.copytree(tiny_bert, tmp_path / "my-bert")
     monkeypatch.chdir(tmp_path)
     message = by_field(TrainConfig(model="google-bert/bert-base-uncased"))["model"]
-    assert message.startswith('"google-bert/bert-base-uncased" is not on this machine and the Hugging Face Hub cannot be reached (HF_HUB_OFFLINE=1 is set).')
+    assert message.startswith(
+        '"google-bert/bert-base-uncased" is not on this machine and the Hugging Face Hub cannot be reached (HF_HUB_OFFLINE=1 is set).'
+    )
     assert "./my-bert" in message.split("found on this machine: ")[1]
 
 
@@ -52,8 +54,12 @@ def test_a_hub_dataset_offline(tiny_bert: Path) -> None:
 def test_columns_and_labels_of_a_csv_file(tiny_bert: Path, reviews: Path) -> None:
     found = by_field(TrainConfig(model=str(tiny_bert), dataset=str(reviews), label_column="stars", max_length=32))
     assert found["text_column"] == 'the dataset has no column "text"; its columns are: review, stars, sentiment.'
-    assert re.match(r'"stars" is not categorical: it holds fractional numbers such as 0\.\d+, and text classification needs classes', found["label_column"])
-    good = TrainConfig(model=str(tiny_bert), dataset=str(reviews), text_column="review", label_column="sentiment", max_length=32, per_core_batch_size=4)
+    assert re.match(
+        r'"stars" is not categorical: it holds fractional numbers such as 0\.\d+, and text classification needs classes', found["label_column"]
+    )
+    good = TrainConfig(
+        model=str(tiny_bert), dataset=str(reviews), text_column="review", label_column="sentiment", max_length=32, per_core_batch_size=4
+    )
     assert check(good) == []
 
 

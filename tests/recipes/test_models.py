@@ -6,16 +6,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from recipe_support import xla_runtime_started
 from transformers import AutoTokenizer, BertConfig, GPT2Config, GPT2LMHeadModel, RobertaConfig
 
-from recipe_support import xla_runtime_started
 from tpu_nb.recipes import TrainConfig
 from tpu_nb.recipes.models import hub_options, load_model, load_tokenizer, position_limit
 
 
 def test_position_limits() -> None:
     assert position_limit(BertConfig(max_position_embeddings=512)) == (512, "max_position_embeddings")
-    assert position_limit(RobertaConfig(max_position_embeddings=514, pad_token_id=1)) == (512, "max_position_embeddings 514 minus 2 for its position offset")
+    assert position_limit(RobertaConfig(max_position_embeddings=514, pad_token_id=1)) == (
+        512,
+        "max_position_embeddings 514 minus 2 for its position offset",
+    )
     assert position_limit(GPT2Config(n_positions=1024))[0] == 1024
 
 
@@ -59,3 +62,13 @@ def test_gpt_style_models_pad_with_their_end_token(tiny_gpt2: Path) -> None:
     classifier = load_model(config, tokenizer, ("a", "b"))
     assert classifier.config.pad_token_id == tokenizer.pad_token_id  # GPT-2 finds each row's last token with it
     assert type(load_model(config.replace(task="causal-lm"), tokenizer)).__name__ == "GPT2LMHeadModel"
+
+
+def test_a_new_head_is_seeded_without_touching_the_notebooks_random_state(tiny_bert: Path) -> None:
+    config = TrainConfig(model=str(tiny_bert))
+    tokenizer = load_tokenizer(config)
+    state = torch.random.get_rng_state()
+    first, again = (load_model(config, tokenizer, ("a", "b")).state_dict()["classifier.weight"] for _ in range(2))
+    other = load_model(config.replace(seed=1), tokenizer, ("a", "b")).state_dict()["classifier.weight"]
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    assert torch.equal(torch.random.get_rng_state(), state)

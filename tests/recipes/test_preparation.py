@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch_xla  # noqa: F401 - imported, as in a TPU notebook: prepare() must still leave the runtime off
-
 from recipe_support import xla_runtime_started
+
 from tpu_nb.recipes import FineTuning, InvalidConfig, NotInWorker, TrainConfig, prepare
 from tpu_nb.recipes.preparation import batch_problems
 
@@ -54,7 +54,9 @@ def test_every_problem_is_raised_together(tmp_path: Path) -> None:
 def test_evaluation_labels_must_be_known_from_training(tiny_bert: Path, tmp_path: Path) -> None:
     (tmp_path / "train.csv").write_text("text,label\n" + "".join(f"the plot was great,{'a' if index % 2 else 'b'}\n" for index in range(40)))
     (tmp_path / "eval.csv").write_text("text,label\n" + "the plot was dull,c\n" * 20)
-    config = TrainConfig(model=str(tiny_bert), dataset=str(tmp_path / "train.csv"), eval_split=str(tmp_path / "eval.csv"), max_length=16, per_core_batch_size=4)
+    config = TrainConfig(
+        model=str(tiny_bert), dataset=str(tmp_path / "train.csv"), eval_split=str(tmp_path / "eval.csv"), max_length=16, per_core_batch_size=4
+    )
     with pytest.raises(InvalidConfig, match="eval_split: evaluation has labels the training rows never have: c;"):
         prepare(config)
 
@@ -63,8 +65,12 @@ def test_splits_smaller_than_one_global_batch() -> None:
     config = TrainConfig(model="m", task="causal-lm", per_core_batch_size=8, max_length=64)
     problems = batch_problems(config, train=[0] * 20, evaluation=[0] * 3, devices=4)  # type: ignore[arg-type]
     assert [str(problem) for problem in problems] == [
-        "per_core_batch_size: training has 20 blocks of 64 tokens, fewer than one global batch of 32 (8 per core x 4 cores); "
-        "lower per_core_batch_size or max_length, or use more data.",
-        "eval_fraction: evaluation has 3 blocks of 64 tokens, fewer than one global batch of 32 (8 per core x 4 cores); "
-        "evaluate on more rows or lower per_core_batch_size.",
+        (
+            "per_core_batch_size: training has 20 blocks of 64 tokens, fewer than one global batch of 32 (8 per core x 4 cores); "
+            "lower per_core_batch_size or max_length, or use more data."
+        ),
+        (
+            "eval_fraction: evaluation has 3 blocks of 64 tokens, fewer than one global batch of 32 (8 per core x 4 cores); "
+            "evaluate on more rows or lower per_core_batch_size."
+        ),
     ]

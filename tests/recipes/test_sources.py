@@ -40,4 +40,11 @@ def test_an_existing_directory_is_a_path(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_file_builders() -> None:
-    assert [file_builder(name) for name in ("a.CSV", "a.tsv", "a.jsonl", "a.parquet", "a.txt", "a.xlsx")] == ["csv", "csv", "json", "parquet", "text", None]
+    assert [file_builder(name) for name in ("a.CSV", "a.tsv", "a.jsonl", "a.parquet", "a.txt", "a.xlsx")] == [
+        "csv",
+        "csv",
+        "json",
+        "parquet",
+        "text",
+        None,
+    ]

@@ -47,9 +47,7 @@ def test_language_modelling_needs_no_label_column() -> None:
 
 
 def test_a_text_column_that_holds_no_text() -> None:
-    assert messages(CONFIG.replace(text_column="stars"), GOOD)["text_column"] == (
-        '"stars" does not hold text; the columns holding text are: text.'
-    )
+    assert messages(CONFIG.replace(text_column="stars"), GOOD)["text_column"] == ('"stars" does not hold text; the columns holding text are: text.')
 
 
 def test_fractional_labels_are_not_categorical() -> None:
@@ -87,16 +85,14 @@ def test_batch_size_must_be_positive(size: int) -> None:
 def test_fewer_rows_than_one_global_batch() -> None:
     facts = Facts(dataset=DatasetFacts(("text", "label"), ("text",), 100, LabelFacts(2, ("a", "b"))), devices=8)
     assert messages(CONFIG.replace(per_core_batch_size=16), facts)["per_core_batch_size"] == (
-        "the training split has 100 rows, fewer than one global batch of 128 (16 per core x 8 cores); "
-        "lower per_core_batch_size or use more data."
+        "the training split has 100 rows, fewer than one global batch of 128 (16 per core x 8 cores); lower per_core_batch_size or use more data."
     )
 
 
 def test_output_directory_not_writable() -> None:
     facts = Facts(output_dir_problem='"/srv" is not writable (Permission denied)')
     assert messages(CONFIG.replace(output_dir="/srv/run"), facts)["output_dir"] == (
-        'cannot write to "/srv/run": "/srv" is not writable (Permission denied). '
-        'Choose a directory you can write to, e.g. "./tpu_nb_output".'
+        'cannot write to "/srv/run": "/srv" is not writable (Permission denied). Choose a directory you can write to, e.g. "./tpu_nb_output".'
     )
 
 
@@ -116,13 +112,17 @@ def test_model_not_found_offline_with_no_local_models() -> None:
 def test_dataset_not_found_offline_points_at_local_files_and_the_demo() -> None:
     facts = Facts(dataset=NotFound("offline", "HF_HUB_OFFLINE=1 is set"))
     message = messages(CONFIG.replace(dataset="stanfordnlp/imdb"), facts)["dataset"]
-    assert message.startswith('"stanfordnlp/imdb" is not in the local datasets cache and the Hugging Face Hub cannot be reached (HF_HUB_OFFLINE=1 is set).')
+    assert message.startswith(
+        '"stanfordnlp/imdb" is not in the local datasets cache and the Hugging Face Hub cannot be reached (HF_HUB_OFFLINE=1 is set).'
+    )
     assert "Give a local data file instead (.csv, .json, .jsonl, .parquet, .tsv, .txt)" in message
     assert 'or use "demo" (built-in sentiment sentences)' in message
 
 
 def test_missing_paths() -> None:
-    facts = Facts(dataset=NotFound("no_such_path", "/data/reviews.csv"), model=NotFound("no_such_path", "/models/tiny"), local_models=("/opt/minilm",))
+    facts = Facts(
+        dataset=NotFound("no_such_path", "/data/reviews.csv"), model=NotFound("no_such_path", "/models/tiny"), local_models=("/opt/minilm",)
+    )
     found = messages(CONFIG, facts)
     assert found["dataset"] == 'no file "/data/reviews.csv" on this machine; check the path, or use "demo" (built-in sentiment sentences).'
     assert found["model"] == (
@@ -147,8 +147,7 @@ def test_a_missing_split_blames_the_split_field() -> None:
 
 def test_unsupported_file_formats_say_which_to_use() -> None:
     assert messages(CONFIG.replace(dataset="reviews.xlsx"))["dataset"] == (
-        'cannot read ".xlsx" files; save the data as one of .csv, .json, .jsonl, .parquet, .tsv, .txt '
-        "(.txt: one text per line) and give that file."
+        'cannot read ".xlsx" files; save the data as one of .csv, .json, .jsonl, .parquet, .tsv, .txt (.txt: one text per line) and give that file.'
     )
 
 

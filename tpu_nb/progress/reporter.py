@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpu_nb.events import Heartbeat, Notice, Progress, Stopping
-from tpu_nb.launcher.channel import EventWriter
-from tpu_nb.launcher.control import StopControl, StopTraining
+
+if TYPE_CHECKING:  # at run time these arrive as objects: no import cycle with tpu_nb.launcher
+    from tpu_nb.launcher.channel import EventWriter
+    from tpu_nb.launcher.control import StopControl
 
 REPORT_INTERVAL = 0.25  # seconds between Progress events: at most 4 a second
 HEARTBEAT_INTERVAL = 1.0  # seconds between each rank's Heartbeat
@@ -158,6 +160,8 @@ def report(
     samples = None if batch_size is None else batch_size * _world_size()
     progress = Progress(reporter.rank, step, {}, max_steps, epoch, "train", samples)
     if stopping:
+        from tpu_nb.launcher.control import StopTraining
+
         reporter.unsent = (progress, values) if reporter.rank == 0 else None
         reporter.flush()
         raise StopTraining(f"stopped by the user at step {progress.step}")

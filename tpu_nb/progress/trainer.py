@@ -56,6 +56,11 @@ def _patch(module: Any) -> None:
     trainer_class = module.Trainer
     if getattr(trainer_class, "_tpu_nb_patched", False):
         return
+    # transformers' tqdm bars (saving, evaluation) are widgets in a notebook,
+    # which a forked worker cannot show: ipykernel drops and logs each message.
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
     original_init = trainer_class.__init__
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:

@@ -87,6 +87,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """A TrainConfig from a mapping of field names to JSON-style values; raises ConfigError as `from_json`."""
         known = [field.name for field in fields(cls)]
         unknown = sorted(set(data) - set(known))
         if unknown:

@@ -21,7 +21,7 @@ from .demo_data import demo_dataset
 from .hub import hub_unreachable_reason, offline_mode
 from .labels import label_text
 from .sources import dataset_kind, file_builder, looks_like_path
-from .validation import NotFound
+from .validation import NotFound, NotFoundReason
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
@@ -88,7 +88,11 @@ def _load_all(config: TrainConfig) -> DatasetDict:
         eval_file = None
         if config.eval_split is not None:
             if not looks_like_path(config.eval_split):
-                raise DataSourceError(NotFound("unreadable", "for a file dataset, eval_split must be another file (or None to hold out eval_fraction).", field="eval_split"))
+                raise DataSourceError(
+                    NotFound(
+                        "unreadable", "for a file dataset, eval_split must be another file (or None to hold out eval_fraction).", field="eval_split"
+                    )
+                )
             eval_file = _existing_file(config.eval_split, "eval_split")
         return _cached_files(train_file, eval_file, _modified(train_file), _modified(eval_file))
     return _load_hub(config.dataset, config.dataset_config)
@@ -138,7 +142,7 @@ def _load_hub(name: str, config_name: str | None) -> DatasetDict:
     try:
         return load_dataset(name, config_name)
     except FileNotFoundError as error:  # includes datasets' DatasetNotFoundError
-        reason = "offline" if unreachable is not None else "not_on_hub"
+        reason: NotFoundReason = "offline" if unreachable is not None else "not_on_hub"
         raise DataSourceError(NotFound(reason, unreachable or str(error))) from error
     except ConnectionError as error:
         raise DataSourceError(NotFound("offline", unreachable or str(error))) from error
@@ -160,9 +164,7 @@ def usable_rows(rows: Dataset, config: TrainConfig) -> Dataset:
     )
 
 
-def tokenize_for_classification(
-    rows: Dataset, tokenizer: PreTrainedTokenizerBase, config: TrainConfig, label_ids: dict[str, int]
-) -> Dataset:
+def tokenize_for_classification(rows: Dataset, tokenizer: PreTrainedTokenizerBase, config: TrainConfig, label_ids: dict[str, int]) -> Dataset:
     """input_ids/attention_mask padded to exactly `max_length`, and integer `labels`."""
     from datasets import ClassLabel
 

@@ -54,7 +54,7 @@ def demo_examples(count: int, seed: int = SEED) -> list[tuple[str, int]]:
 
 
 def demo_dataset(seed: int = SEED) -> DatasetDict:
-    """"train" (TRAIN_ROWS) and "validation" (VALIDATION_ROWS) splits with `text` and a ClassLabel `label`."""
+    """ "train" (TRAIN_ROWS) and "validation" (VALIDATION_ROWS) splits with `text` and a ClassLabel `label`."""
     from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
     features = Features({"text": Value("string"), "label": ClassLabel(names=list(LABELS))})

@@ -12,7 +12,7 @@ from .labels import label_facts
 from .local_models import CONFIG_FILE, WEIGHT_FILES, find_local_models, is_model_directory
 from .models import hub_options, position_limit
 from .sources import looks_like_path
-from .validation import ConfigProblem, DatasetFacts, Facts, ModelFacts, NotFound, validate
+from .validation import ConfigProblem, DatasetFacts, Facts, ModelFacts, NotFound, NotFoundReason, validate
 
 
 def check(config: TrainConfig) -> list[ConfigProblem]:
@@ -21,6 +21,7 @@ def check(config: TrainConfig) -> list[ConfigProblem]:
 
 
 def gather_facts(config: TrainConfig) -> Facts:
+    """What `validate` needs: the dataset's columns and labels, the model's limits, the output directory, the cores."""
     from tpu_nb.runtime import detect
 
     model = model_facts(config)
@@ -66,7 +67,7 @@ def model_facts(config: TrainConfig) -> ModelFacts | NotFound:
         if config.task == MASKED_LM:
             has_mask_token = AutoTokenizer.from_pretrained(name, **hub_options(name)).mask_token is not None
     except OSError as error:  # transformers reports a missing repo or file as OSError
-        reason = "not_on_hub" if "not a valid model identifier" in str(error) else "unreadable"
+        reason: NotFoundReason = "not_on_hub" if "not a valid model identifier" in str(error) else "unreadable"
         return NotFound(reason, str(error))
     except ValueError as error:  # e.g. a model_type this transformers does not know
         return NotFound("unreadable", str(error))

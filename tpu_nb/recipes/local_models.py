@@ -31,9 +31,12 @@ class LocalModel:
 
 
 def find_local_models(directories: Iterable[str | Path] = (".",)) -> tuple[LocalModel, ...]:
-    """Every model in the Hugging Face cache, in installed packages, and in `directories` (one level deep)."""
+    """Every model in `directories` (one level deep), in the Hugging Face cache and in installed packages.
+
+    In that order: a model next to the notebook is most likely the one wanted (an earlier run's output, say).
+    """
     found: dict[str, LocalModel] = {}
-    for model in (*cached_hub_models(), *packaged_models(), *models_in(directories)):
+    for model in (*models_in(directories), *cached_hub_models(), *packaged_models()):
         found.setdefault(model.name, model)
     return tuple(found.values())
 

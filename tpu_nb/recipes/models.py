@@ -51,23 +51,27 @@ def load_model(config: TrainConfig, tokenizer: PreTrainedTokenizerBase, labels: 
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
     options: dict[str, Any] = {**hub_options(config.model), "dtype": torch.float32}
-    if config.task == TEXT_CLASSIFICATION:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            config.model,
-            num_labels=len(labels),
-            id2label=dict(enumerate(labels)),
-            label2id={name: index for index, name in enumerate(labels)},
-            **options,
-        )
-        if model.config.pad_token_id is None:
-            model.config.pad_token_id = tokenizer.pad_token_id  # GPT-style models find the last token through it
-    elif config.task == MASKED_LM:
-        model = AutoModelForMaskedLM.from_pretrained(config.model, **options)
-    elif config.task == CAUSAL_LM:
-        model = AutoModelForCausalLM.from_pretrained(config.model, **options)
-    else:
-        raise ValueError(f"unknown task {config.task!r}; validate() reports this before loading")
-    embeddings = model.get_input_embeddings()
-    if embeddings is not None and len(tokenizer) > embeddings.num_embeddings:
+    model: PreTrainedModel
+    # A new head starts from random weights: seed them, without resetting the notebook's own random state.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        if config.task == TEXT_CLASSIFICATION:
+            model = AutoModelForSequenceClassification.from_pretrained(
+                config.model,
+                num_labels=len(labels),
+                id2label=dict(enumerate(labels)),
+                label2id={name: index for index, name in enumerate(labels)},
+                **options,
+            )
+        elif config.task == MASKED_LM:
+            model = AutoModelForMaskedLM.from_pretrained(config.model, **options)
+        elif config.task == CAUSAL_LM:
+            model = AutoModelForCausalLM.from_pretrained(config.model, **options)
+        else:
+            raise ValueError(f"unknown task {config.task!r}; validate() reports this before loading")
+    if config.task == TEXT_CLASSIFICATION and model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id  # GPT-style models find each row's last token through it
+    embedding_rows = getattr(model.get_input_embeddings(), "num_embeddings", None)
+    if isinstance(embedding_rows, int) and len(tokenizer) > embedding_rows:
         model.resize_token_embeddings(len(tokenizer))  # as run_mlm/run_clm: the tokenizer grew
     return model

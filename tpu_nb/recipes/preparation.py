@@ -64,10 +64,17 @@ def batch_problems(config: TrainConfig, train: Dataset, evaluation: Dataset, dev
     batch = f"one global batch of {global_batch} ({config.per_core_batch_size} per core x {devices} cores)"
     problems = []
     if len(train) < global_batch:
-        problems.append(ConfigProblem("per_core_batch_size", f"training has {len(train)} {unit}, fewer than {batch}; lower per_core_batch_size or max_length, or use more data."))
+        problems.append(
+            ConfigProblem(
+                "per_core_batch_size",
+                f"training has {len(train)} {unit}, fewer than {batch}; lower per_core_batch_size or max_length, or use more data.",
+            )
+        )
     if len(evaluation) < global_batch:
         field = "max_eval_samples" if config.max_eval_samples is not None else "eval_fraction"
-        problems.append(ConfigProblem(field, f"evaluation has {len(evaluation)} {unit}, fewer than {batch}; evaluate on more rows or lower per_core_batch_size."))
+        problems.append(
+            ConfigProblem(field, f"evaluation has {len(evaluation)} {unit}, fewer than {batch}; evaluate on more rows or lower per_core_batch_size.")
+        )
     return problems
 
 
@@ -79,5 +86,10 @@ def _check_eval_labels(evaluation: Dataset, config: TrainConfig, labels: tuple[s
     unseen = sorted({label_text(value) for value in evaluation.unique(config.label_column)} - set(labels))
     if unseen:
         raise InvalidConfig(
-            [ConfigProblem("eval_split", f"evaluation has labels the training rows never have: {', '.join(unseen[:10])}; evaluate on a split with the same classes.")]
+            [
+                ConfigProblem(
+                    "eval_split",
+                    f"evaluation has labels the training rows never have: {', '.join(unseen[:10])}; evaluate on a split with the same classes.",
+                )
+            ]
         )

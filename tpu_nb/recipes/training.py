@@ -86,7 +86,9 @@ class FineTuning:
         `metrics_before`); `callbacks` are added to the Trainer.
         """
         _refuse_outside_workers()
-        trainer = self._trainer(callbacks)
+        devices_in_process, first_in_process = _devices_of_this_process()
+        model = model_for_this_device(self.model, devices_in_process)
+        trainer = self._trainer(model, callbacks)
         before = _evaluate(trainer, self.config) if evaluate_first else None
         started = time.monotonic()
         output = trainer.train()
@@ -94,6 +96,8 @@ class FineTuning:
         metrics = _evaluate(trainer, self.config)
         # Every rank calls it: on XLA it meets the others at a rendezvous and only the master writes.
         trainer.save_model()
+        if model is not self.model and first_in_process:
+            self.model.load_state_dict({name: tensor.cpu() for name, tensor in model.state_dict().items()})
         return TrainingResult(
             metrics=metrics,
             metrics_before=before,
@@ -116,7 +120,7 @@ class FineTuning:
         self.model.load_state_dict(trained.state_dict())
         return self.model
 
-    def _trainer(self, callbacks: Sequence[TrainerCallback]) -> Trainer:
+    def _trainer(self, model: PreTrainedModel, callbacks: Sequence[TrainerCallback]) -> Trainer:
         from transformers import DataCollatorForLanguageModeling, Trainer, default_data_collator
 
         from .metrics import classification_metrics
@@ -127,7 +131,7 @@ class FineTuning:
         else:
             collator = default_data_collator  # every example already has the same length
         return Trainer(
-            model=self.model,
+            model=model,
             args=training_arguments(config),
             data_collator=collator,
             train_dataset=self.train_dataset,
@@ -181,6 +185,29 @@ def _evaluate(trainer: Trainer, config: TrainConfig) -> dict[str, float]:
     if config.task in (MASKED_LM, CAUSAL_LM):
         metrics = with_perplexity(metrics)
     return {name.removeprefix("eval_"): float(value) for name, value in metrics.items() if name not in _NOT_METRICS}
+
+
+def model_for_this_device(model: PreTrainedModel, devices_in_process: int) -> PreTrainedModel:
+    """The model this device trains: the forked one, or a copy when threads share it.
+
+    On TPU v2/v3 one worker process drives two devices from two threads, and
+    both see the same forked model object; each Trainer moves its model to its
+    own device, so each thread needs its own copy. The copies are made before
+    anything moves; the first device's thread later puts its trained weights
+    back into the shared object (for `%%tpu_train --return model`).
+    """
+    import copy
+
+    return model if devices_in_process == 1 else copy.deepcopy(model)
+
+
+def _devices_of_this_process() -> tuple[int, bool]:
+    """How many XLA devices this worker process drives, and whether this thread has the first."""
+    import torch_xla.runtime as xr
+
+    devices = xr.addressable_device_count()
+    # Local ordinals number the host's devices; a process drives a consecutive run of them.
+    return devices, xr.local_ordinal() % devices == 0
 
 
 def _refuse_outside_workers() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .config import TASKS, TEXT_CLASSIFICATION, MASKED_LM, TrainConfig
+from .config import MASKED_LM, TASKS, TEXT_CLASSIFICATION, TrainConfig
 from .sources import DATA_FILE_BUILDERS, UNSUPPORTED_FILE_SUFFIXES, dataset_kind, file_suffix
 
 MAX_CLASSES = 100
@@ -57,11 +57,14 @@ class ModelFacts:
     has_mask_token: bool = True
 
 
+NotFoundReason = Literal["no_such_path", "offline", "not_on_hub", "unreadable"]
+
+
 @dataclass(frozen=True, slots=True)
 class NotFound:
     """A model or dataset that could not be loaded, and why."""
 
-    reason: Literal["no_such_path", "offline", "not_on_hub", "unreadable"]
+    reason: NotFoundReason
     detail: str = ""
     field: str | None = None
     """The field to blame when it is not `model`/`dataset` (e.g. a split name)."""
@@ -82,26 +85,28 @@ class Facts:
 def validate(config: TrainConfig, facts: Facts | None = None) -> list[ConfigProblem]:
     """All problems with `config`, in field order; an empty list means it can be prepared."""
     facts = facts or Facts()
-    problems = [*_settings_problems(config)]
+    problems = [*_choice_problems(config), *_number_problems(config)]
     problems += _dataset_problems(config, facts)
     problems += _model_problems(config, facts)
     if facts.output_dir_problem is not None:
         problems.append(
             ConfigProblem(
                 "output_dir",
-                f'cannot write to "{config.output_dir}": {facts.output_dir_problem}. '
-                'Choose a directory you can write to, e.g. "./tpu_nb_output".',
+                f'cannot write to "{config.output_dir}": {facts.output_dir_problem}. Choose a directory you can write to, e.g. "./tpu_nb_output".',
             )
         )
     return problems
 
 
-def _settings_problems(config: TrainConfig) -> list[ConfigProblem]:
+def _choice_problems(config: TrainConfig) -> list[ConfigProblem]:
+    """Task, model, dataset and columns: what can be judged without loading them."""
     problems = []
     if config.task not in TASKS:
         problems.append(ConfigProblem("task", f'unknown task "{config.task}"; use one of: {", ".join(TASKS)}.'))
     if not config.model.strip():
-        problems.append(ConfigProblem("model", 'choose a model: a Hugging Face Hub id such as "distilbert/distilbert-base-uncased", or a local model directory.'))
+        problems.append(
+            ConfigProblem("model", 'choose a model: a Hugging Face Hub id such as "distilbert/distilbert-base-uncased", or a local model directory.')
+        )
     if not config.dataset.strip():
         problems.append(ConfigProblem("dataset", 'choose a dataset: a Hub id, a local data file, or "demo" (built in).'))
     elif dataset_kind(config.dataset) == "file" and file_suffix(config.dataset) in UNSUPPORTED_FILE_SUFFIXES:
@@ -116,7 +121,11 @@ def _settings_problems(config: TrainConfig) -> list[ConfigProblem]:
         problems.append(ConfigProblem("text_column", "name the column that holds the text."))
     if config.task == TEXT_CLASSIFICATION and not config.label_column.strip():
         problems.append(ConfigProblem("label_column", "name the column that holds each example's class."))
-    problems += _positive(config, "max_length", "a positive number of tokens per example")
+    return problems
+
+
+def _number_problems(config: TrainConfig) -> list[ConfigProblem]:
+    problems = _positive(config, "max_length", "a positive number of tokens per example")
     problems += _positive(config, "per_core_batch_size", "a positive number of examples per TPU core")
     if config.max_steps is None:
         problems += _positive(config, "epochs", "a positive number of passes over the training data (or set max_steps)")
@@ -128,9 +137,15 @@ def _settings_problems(config: TrainConfig) -> list[ConfigProblem]:
     if config.weight_decay < 0:
         problems.append(ConfigProblem("weight_decay", f"must be 0 or more, e.g. 0.01, got {config.weight_decay}."))
     if config.task == MASKED_LM and not 0 < config.mlm_probability < 1:
-        problems.append(ConfigProblem("mlm_probability", f"must be between 0 and 1 (the share of tokens masked, usually 0.15), got {config.mlm_probability}."))
+        problems.append(
+            ConfigProblem("mlm_probability", f"must be between 0 and 1 (the share of tokens masked, usually 0.15), got {config.mlm_probability}.")
+        )
     if config.eval_split is None and not 0 < config.eval_fraction < 1:
-        problems.append(ConfigProblem("eval_fraction", f"must be between 0 and 1 (the share of training rows held out for evaluation), got {config.eval_fraction}."))
+        problems.append(
+            ConfigProblem(
+                "eval_fraction", f"must be between 0 and 1 (the share of training rows held out for evaluation), got {config.eval_fraction}."
+            )
+        )
     for name in ("eval_steps", "save_steps", "max_train_samples", "max_eval_samples"):
         if getattr(config, name) is not None:
             problems += _positive(config, name, "positive (or None)")
@@ -195,7 +210,9 @@ def _dataset_not_found(config: TrainConfig, missing: NotFound) -> ConfigProblem:
     name = config.dataset
     field = missing.field or "dataset"
     if missing.reason == "no_such_path":
-        return ConfigProblem(field, f'no file "{missing.detail or name}" on this machine; check the path, or use "demo" (built-in sentiment sentences).')
+        return ConfigProblem(
+            field, f'no file "{missing.detail or name}" on this machine; check the path, or use "demo" (built-in sentiment sentences).'
+        )
     if missing.reason == "offline":
         return ConfigProblem(
             field,
@@ -204,7 +221,9 @@ def _dataset_not_found(config: TrainConfig, missing: NotFound) -> ConfigProblem:
             "If the dataset is in the cache, set HF_HUB_OFFLINE=1 before importing datasets.",
         )
     if missing.reason == "not_on_hub":
-        return ConfigProblem(field, f'no dataset "{name}" on the Hugging Face Hub; check the spelling (ids look like "org/name"), or give a local data file.')
+        return ConfigProblem(
+            field, f'no dataset "{name}" on the Hugging Face Hub; check the spelling (ids look like "org/name"), or give a local data file.'
+        )
     return ConfigProblem(field, f'cannot load "{name}": {missing.detail}')
 
 
@@ -225,7 +244,10 @@ def _model_problems(config: TrainConfig, facts: Facts) -> list[ConfigProblem]:
         )
     if config.task == MASKED_LM and not model.has_mask_token:
         problems.append(
-            ConfigProblem("model", f'"{config.model}" has no mask token, so it cannot do masked-lm; use causal-lm with it, or a masked model such as BERT or RoBERTa.')
+            ConfigProblem(
+                "model",
+                f'"{config.model}" has no mask token, so it cannot do masked-lm; use causal-lm with it, or a masked model such as BERT or RoBERTa.',
+            )
         )
     return problems
 
@@ -234,7 +256,10 @@ def _model_not_found(config: TrainConfig, missing: NotFound, local_models: tuple
     name = config.model
     found = ", ".join(local_models) if local_models else "none found"
     if missing.reason == "no_such_path":
-        return ConfigProblem("model", f'no model directory "{missing.detail or name}" on this machine; give a directory with config.json and weights, or one of the models found here: {found}.')
+        return ConfigProblem(
+            "model",
+            f'no model directory "{missing.detail or name}" on this machine; give a directory with config.json and weights, or one of the models found here: {found}.',
+        )
     if missing.reason == "offline":
         return ConfigProblem(
             "model",
@@ -243,5 +268,7 @@ def _model_not_found(config: TrainConfig, missing: NotFound, local_models: tuple
             f"or use a model found on this machine: {found}.",
         )
     if missing.reason == "not_on_hub":
-        return ConfigProblem("model", f'no model "{name}" on the Hugging Face Hub; check the spelling (ids look like "org/name"), or give a local model directory.')
+        return ConfigProblem(
+            "model", f'no model "{name}" on the Hugging Face Hub; check the spelling (ids look like "org/name"), or give a local model directory.'
+        )
     return ConfigProblem("model", f'cannot load "{name}": {missing.detail}')

@@ -125,9 +125,11 @@ def preview_html(preview: Preview) -> str:
     estimate = "about " if preview.packed else ""
     parts = [
         "<b>Steps</b>",
-        f"<div>{estimate}{preview.train_units:,} training {unit} ({preview.train_rows:,} rows); global batch {preview.global_batch} "
-        f"= {preview.per_core_batch_size} per core x {preview.devices} TPU core{'s' if preview.devices != 1 else ''}: "
-        f"<b>{preview.steps_per_epoch:,} steps per epoch</b>, {preview.total_steps:,} steps in all.</div>",
+        (
+            f"<div>{estimate}{preview.train_units:,} training {unit} ({preview.train_rows:,} rows); global batch {preview.global_batch} "
+            f"= {preview.per_core_batch_size} per core x {preview.devices} TPU core{'s' if preview.devices != 1 else ''}: "
+            f"<b>{preview.steps_per_epoch:,} steps per epoch</b>, {preview.total_steps:,} steps in all.</div>"
+        ),
         "<b>Padding</b>",
         _padding_html(preview),
     ]

@@ -135,8 +135,8 @@ class Picker:
         try:
             with self.output:
                 trained = train_now(self.config)
-        # A button callback's exception only reaches the kernel's log: show any failure here instead.
-        except (Exception, TrainingInterrupted) as error:
+        # Shown here, whatever it is: a button callback's exception would only reach the kernel's log.
+        except (Exception, TrainingInterrupted) as error:  # noqa: BLE001
             self.output.append_stderr(f"{type(error).__name__}: {error}\n")
             self.note.value = f"<b>Training failed</b>: {html.escape(type(error).__name__)} (details below)."
             return
@@ -148,7 +148,7 @@ class Picker:
         self.note.value = (
             f"<b>Trained</b>: {html.escape(str(trained.result))}.<br>"
             f"In the notebook, <code>{name}.model</code> and <code>{name}.tokenizer</code> hold the trained model "
-            f"(<code>{name}</code> is the FineTuning); e.g. <code>transformers.pipeline(\"text-classification\", "
+            f'(<code>{name}</code> is the FineTuning); e.g. <code>transformers.pipeline("text-classification", '
             f"model={name}.model, tokenizer={name}.tokenizer)</code>."
         )
 
@@ -156,7 +156,9 @@ class Picker:
         values = form_values(config)
 
         def text(name: str, description: str, placeholder: str = "") -> widgets.Text:
-            return widgets.Text(value=values[name], description=description, placeholder=placeholder, continuous_update=False, style=_STYLE, layout=_WIDE)
+            return widgets.Text(
+                value=values[name], description=description, placeholder=placeholder, continuous_update=False, style=_STYLE, layout=_WIDE
+            )
 
         def integer(name: str, description: str) -> widgets.IntText:
             return widgets.IntText(value=values[name], description=description, style=_STYLE)
@@ -167,12 +169,24 @@ class Picker:
         return {
             "task": widgets.Dropdown(options=TASKS, value=config.task, description="Task", style=_STYLE),
             "model": widgets.Combobox(
-                value=config.model, options=model_options(config.task, self.local_models), description="Model",
-                placeholder="Hub id or local directory", ensure_option=False, continuous_update=False, style=_STYLE, layout=_WIDE,
+                value=config.model,
+                options=model_options(config.task, self.local_models),
+                description="Model",
+                placeholder="Hub id or local directory",
+                ensure_option=False,
+                continuous_update=False,
+                style=_STYLE,
+                layout=_WIDE,
             ),
             "dataset": widgets.Combobox(
-                value=config.dataset, options=self._dataset_options(), description="Dataset",
-                placeholder='Hub id, local file, or "demo"', ensure_option=False, continuous_update=False, style=_STYLE, layout=_WIDE,
+                value=config.dataset,
+                options=self._dataset_options(),
+                description="Dataset",
+                placeholder='Hub id, local file, or "demo"',
+                ensure_option=False,
+                continuous_update=False,
+                style=_STYLE,
+                layout=_WIDE,
             ),
             "dataset_config": text("dataset_config", "Hub configuration", "e.g. sst2 for nyu-mll/glue"),
             "train_split": text("train_split", "Training split"),
@@ -204,17 +218,28 @@ class Picker:
         pages = {
             "Model and data": [fields[name] for name in ("task", "model", "dataset", "dataset_config", "train_split", "eval_split", "eval_fraction")]
             + [self.upload, fields["text_column"], fields["label_column"]],
-            "Training": [fields[name] for name in ("max_length", "per_core_batch_size", "epochs", "max_steps", "learning_rate", "warmup", "weight_decay", "bf16")],
+            "Training": [
+                fields[name]
+                for name in ("max_length", "per_core_batch_size", "epochs", "max_steps", "learning_rate", "warmup", "weight_decay", "bf16")
+            ],
             "Evaluation and output": [
                 fields[name]
-                for name in ("eval_steps", "save_steps", "logging_steps", "max_train_samples", "max_eval_samples", "mlm_probability", "output_dir", "seed")
+                for name in (
+                    "eval_steps",
+                    "save_steps",
+                    "logging_steps",
+                    "max_train_samples",
+                    "max_eval_samples",
+                    "mlm_probability",
+                    "output_dir",
+                    "seed",
+                )
             ],
         }
         tabs = widgets.Tab(children=[widgets.VBox(children) for children in pages.values()])
         tabs.titles = tuple(pages)
         title = widgets.HTML(
-            f"<b>Fine-tune a transformer</b> on {html.escape(runtime.label)} "
-            f"({runtime.devices} XLA device{'s' if runtime.devices != 1 else ''})"
+            f"<b>Fine-tune a transformer</b> on {html.escape(runtime.label)} ({runtime.devices} XLA device{'s' if runtime.devices != 1 else ''})"
         )
         buttons = widgets.HBox([self.preview_button, self.insert_button, self.train_button, self.name])
         return widgets.VBox([title, tabs, self.problems_html, buttons, self.note, self.code, self.preview_area, self.output])
@@ -280,4 +305,3 @@ class Picker:
         items = "".join(f"<li><b>{html.escape(problem.field)}</b>: {html.escape(problem.message)}</li>" for problem in problems)
         count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
         self.problems_html.value = f"<div style='color:#b71c1c'>{count} to fix:</div><ul style='margin-top:0'>{items}</ul>"
-
