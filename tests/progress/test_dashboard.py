@@ -9,27 +9,21 @@ import ipywidgets as widgets
 import pytest
 from ipykernel.zmqshell import ZMQInteractiveShell
 from IPython.terminal.interactiveshell import TerminalInteractiveShell
+from support.clock import FakeClock
 
 from tpu_nb import TpuNbWarning
 from tpu_nb.events import Heartbeat, Notice, Progress, WorkerFailed, WorkerStarted
-from tpu_nb.progress.dashboard import CHART_REFRESH_SECONDS, STATUS_REFRESH_SECONDS, Dashboard
+from tpu_nb.progress.dashboard import (
+    CHART_REFRESH_SECONDS,
+    STATUS_REFRESH_SECONDS,
+    Dashboard,
+)
 from tpu_nb.progress.display import make_display, widgets_supported
 from tpu_nb.progress.state import STALE_AFTER_SECONDS, ProgressSnapshot, RunProgress
 from tpu_nb.progress.summary import render_chart
 from tpu_nb.progress.text import TextProgress
 
 PNG_SIGNATURE = b"\x89PNG"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class RecordedDisplays:
@@ -54,11 +48,6 @@ class _Slot:
     def update(self, obj: Any, raw: bool = False) -> None:
         assert raw
         self.displays.outputs[self.index] = obj
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture

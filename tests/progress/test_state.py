@@ -1,8 +1,17 @@
 from __future__ import annotations
 
 import pytest
+from support.clock import FakeClock
 
-from tpu_nb.events import Heartbeat, Notice, Output, Progress, WorkerFailed, WorkerFinished, WorkerStarted
+from tpu_nb.events import (
+    Heartbeat,
+    Notice,
+    Output,
+    Progress,
+    WorkerFailed,
+    WorkerFinished,
+    WorkerStarted,
+)
 from tpu_nb.progress.state import (
     FINAL_STATUSES,
     ONE_OFF_GRACE_STEPS,
@@ -12,22 +21,6 @@ from tpu_nb.progress.state import (
 )
 
 RANKS = (0, 1)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture

@@ -6,24 +6,20 @@ from typing import Any
 
 import IPython.display
 import pytest
+from support.clock import FakeClock
 
 from tpu_nb.events import Heartbeat, Notice, Progress, WorkerStarted
 from tpu_nb.progress.state import ProgressSnapshot, RunProgress
-from tpu_nb.progress.summary import display_summary, render_chart, render_summary, summary_bundle, table_html
+from tpu_nb.progress.summary import (
+    display_summary,
+    render_chart,
+    render_summary,
+    summary_bundle,
+    table_html,
+)
 
 PNG_SIGNATURE = b"\x89PNG"
 HOSTILE = "<script>alert('x')</script> & co"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def finished_run(

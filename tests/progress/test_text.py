@@ -3,26 +3,11 @@ from __future__ import annotations
 import io
 
 import pytest
+from support.clock import FakeClock
 
 from tpu_nb.events import Heartbeat, Notice, Progress, WorkerStarted
 from tpu_nb.progress.state import RunProgress
 from tpu_nb.progress.text import TextProgress, format_duration
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture

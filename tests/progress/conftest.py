@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+import pytest
+from support.clock import FakeClock
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
