@@ -6,4 +6,17 @@ import os
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
+from collections.abc import Iterator  # noqa: E402
+
+import pytest  # noqa: E402
+from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from support.platforms import fake_torch_xla, make_system  # noqa: E402,F401 - fixtures for every test
+
+
+@pytest.fixture
+def ip() -> Iterator[InteractiveShell]:
+    """A real IPython shell with tpu_nb loaded."""
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "tpu_nb")
+    yield shell
+    shell.run_line_magic("unload_ext", "tpu_nb")

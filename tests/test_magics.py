@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -14,14 +13,6 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from tpu_nb.launcher import WorkerError
-
-
-@pytest.fixture
-def ip() -> Iterator[InteractiveShell]:
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "tpu_nb")
-    yield shell
-    shell.run_line_magic("unload_ext", "tpu_nb")
 
 
 def run(shell: InteractiveShell, cell: str):  # type: ignore[no-untyped-def]
@@ -134,6 +125,8 @@ def test_a_value_that_cannot_come_back_is_shown_as_text(ip: InteractiveShell) ->
         ("--frobnicate", "unrecognized arguments"),
         ("--cores 0", "cores=0: give a positive number"),
         ("--timeout -5", "timeout=-5.0: give a positive number"),
+        ("--stop-grace 0", "stop_grace=0.0: give a positive number of seconds"),
+        ("--background --name 1st", "--name 1st: give a Python identifier"),
     ],
 )
 def test_bad_options_are_usage_errors_that_start_nothing(ip: InteractiveShell, line: str, message: str) -> None:

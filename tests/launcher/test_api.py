@@ -172,3 +172,17 @@ def test_bad_options_start_nothing() -> None:
     with pytest.raises(LaunchRefused, match="cores=0"):
         tpu_nb.launch(xla_sum, 1.0, cores=0)
     assert not descendants(os.getpid())
+
+
+def test_a_background_handle_before_and_after_its_end() -> None:
+    run = tpu_nb.launch(sleep_forever, background=True, progress=False)
+    assert run.status == "running"
+    with pytest.raises(RuntimeError, match="still running: use .wait"):
+        run.result
+    with pytest.raises(TimeoutError, match="is still running after 0.1s"):
+        run.wait(0.1)
+    run.kill()
+    assert run.status == "interrupted"
+    with pytest.raises(TrainingInterrupted):
+        run.wait()
+    assert not descendants(os.getpid())

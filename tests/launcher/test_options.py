@@ -13,3 +13,7 @@ def test_each_bad_option_is_named_with_its_fix() -> None:
         "cores=0: give a positive number of XLA devices, or leave it out to use all.",
         "timeout=-1: give a positive number of seconds, or leave it out for no limit.",
     ]
+
+
+def test_a_stop_grace_that_is_not_positive_is_named() -> None:
+    assert LaunchOptions(stop_grace=0).problems() == ["stop_grace=0: give a positive number of seconds."]

@@ -7,11 +7,9 @@ import os
 # Read when huggingface_hub is imported: without it every Hub lookup retries for ~23 s.
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from recipe_support import save_tiny_bert  # noqa: E402
 
 
@@ -19,11 +17,3 @@ from recipe_support import save_tiny_bert  # noqa: E402
 def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A local model directory: 1-layer BERT (random weights) with a word-level tokenizer of the demo words."""
     return save_tiny_bert(tmp_path_factory.mktemp("models") / "tiny-bert")
-
-
-@pytest.fixture
-def ip() -> Iterator[InteractiveShell]:
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "tpu_nb")
-    yield shell
-    shell.run_line_magic("unload_ext", "tpu_nb")

@@ -65,7 +65,7 @@ def run_worker(index: int) -> None:
     _thread_rank.value = rank
     capture_output(payload.writer)
     reporter = _reporter_for(payload)
-    reporter.enter(rank)
+    reporter.enter(rank, world_size)
     context = WorkerContext(rank, world_size, torch_xla.device(), len(xm.get_xla_supported_devices()))
     payload.writer.send(WorkerStarted(rank, world_size, os.getpid(), str(context.device)))
     try:

@@ -29,6 +29,7 @@ class WorkerReporter:
     def __init__(self, writer: EventWriter, control: StopControl) -> None:
         self.writer = writer
         self.control = control
+        self.world_size = 1
         self._ranks = threading.local()
         self._lock = threading.Lock()
         self.steps: dict[int, int | None] = {}
@@ -39,9 +40,10 @@ class WorkerReporter:
         self._notices: set[str] = set()
         self._heartbeat = threading.Thread(target=self._beat, name="tpu_nb-heartbeat", daemon=True)
 
-    def enter(self, rank: int) -> None:
+    def enter(self, rank: int, world_size: int) -> None:
         """Called by each device's thread before the user's code runs."""
         self._ranks.rank = rank
+        self.world_size = world_size
         with self._lock:
             self.steps[rank] = None
             self.phases[rank] = "starting"
@@ -157,7 +159,7 @@ def report(
     values = dict(metrics)
     if loss is not None:
         values["loss"] = loss
-    samples = None if batch_size is None else batch_size * _world_size()
+    samples = None if batch_size is None else batch_size * reporter.world_size
     progress = Progress(reporter.rank, step, {}, max_steps, epoch, "train", samples)
     if stopping:
         from tpu_nb.launcher.control import StopTraining
@@ -186,9 +188,3 @@ def _send_values(reporter: WorkerReporter, progress: Progress, values: dict[str,
 def _is_lazy_tensor(value: Any) -> bool:
     device = getattr(value, "device", None)
     return getattr(device, "type", None) == "xla"
-
-
-def _world_size() -> int:
-    import torch_xla.runtime as xr
-
-    return int(xr.world_size())
