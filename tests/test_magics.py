@@ -11,6 +11,8 @@ import torch
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
+from support.kernel import plain
+from support.tracebacks import arrow_line, cell_frame_header
 
 from tpu_nb.launcher import WorkerError
 
@@ -100,8 +102,10 @@ def test_a_worker_exception_points_into_the_cell(ip: InteractiveShell) -> None:
     result, _ = run(ip, "%%tpu_train\nx = 1\ny = 0\nz = x / y\n")
     assert isinstance(result.error_in_exec, WorkerError)
     assert result.error_in_exec.rank == 0
-    rendered = "\n".join(result.error_in_exec._render_traceback_())
-    assert "line 4" in rendered and "z = x / y" in rendered
+    rendered = plain("\n".join(result.error_in_exec._render_traceback_()))
+    assert cell_frame_header(ip.execution_count, 4).search(rendered), rendered
+    assert arrow_line(4, "z = x / y").search(rendered), rendered
+    assert "ZeroDivisionError: division by zero" in rendered
     assert "rank 0 of 1" in rendered
 
 

@@ -11,6 +11,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from tpu_nb.cell import CellProgram, CellResult, apply_results, bindings
+from tpu_nb.cell_names import cache_as_written
 from tpu_nb.launcher.api import result_of
 from tpu_nb.launcher.background import MetricsLog, TrainingRun
 from tpu_nb.launcher.controller import RunController, Write, final_status, run_in_foreground, write_to_sys
@@ -127,10 +128,7 @@ class TpuMagics(Magics):
     def _compile(self, line: str, cell: str, return_names: tuple[str, ...]) -> CellProgram:
         shell = self.shell
         source = shell.transform_cell(cell)
-        # Cache the cell as written, magic line included, so tracebacks from
-        # the workers point at the lines the user sees.
-        as_written = f"%%tpu_train {line}".rstrip() + "\n" + cell
-        filename = shell.compile.cache(as_written, shell.execution_count, raw_code=as_written)
+        filename = cache_as_written(shell, line, cell)
         try:
             return CellProgram.compile(source, filename, shell.user_ns, return_names, first_line=2)
         except SyntaxError as error:

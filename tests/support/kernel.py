@@ -72,6 +72,19 @@ def text_of(cell: nbformat.NotebookNode) -> str:
     return "".join(parts)
 
 
+def shown(cell: nbformat.NotebookNode) -> str:
+    """What a frontend shows for an executed cell: streams, results, and each error's traceback lines."""
+    parts = []
+    for output in cell.get("outputs", []):
+        if output.output_type == "stream":
+            parts.append(output.text)
+        elif output.output_type in ("execute_result", "display_data"):
+            parts.append(output.data.get("text/plain", "") + "\n")
+        elif output.output_type == "error":
+            parts.append("\n".join(output.traceback) + "\n")
+    return plain("".join(parts))
+
+
 def plain(text: str) -> str:
     """Text without terminal colour codes (IPython colours its tracebacks)."""
     return re.sub(r"\x1b\[[0-9;]*m", "", text)

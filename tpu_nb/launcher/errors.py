@@ -8,6 +8,11 @@ from IPython.core.error import UsageError
 class LaunchRefused(UsageError):
     """Nothing was started: the message says what to fix first."""
 
+    def _render_traceback_(self) -> list[str]:
+        # IPython prints only its exact UsageError class without a traceback;
+        # a subclass would show tpu_nb's own frames (IPython 7.34 to 9).
+        return [f"LaunchRefused: {self}"]
+
 
 class WorkerError(Exception):
     """The user's code raised in a worker.

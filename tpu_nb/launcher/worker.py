@@ -101,7 +101,10 @@ def format_user_traceback(error: BaseException) -> list[str]:
     tb = _skip_own_frames(error.__traceback__)
     shell = _ipython_shell()
     if shell is not None:
-        return list(shell.InteractiveTB.structured_traceback(type(error), error, tb))
+        # tb_offset=0: the shell's formatter skips its first frame by default
+        # (IPython's own run_code frame) on IPython 7.x, which here would be the
+        # cell's only frame; IPython 8+ no longer applies that default.
+        return list(shell.InteractiveTB.structured_traceback(type(error), error, tb, tb_offset=0))
     return "".join(traceback.format_exception(type(error), error, tb)).rstrip("\n").split("\n")
 
 
