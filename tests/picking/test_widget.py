@@ -6,13 +6,16 @@ import html
 import re
 import sys
 import types
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
 import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.display import display
+from IPython.utils.capture import capture_output
 from recipes.recipe_support import xla_runtime_started
+from support.uploads import upload_from_browser
 
 from tpu_nb.picking import picker
 from tpu_nb.picking.widget import Picker
@@ -123,15 +126,7 @@ def test_changing_the_task_resets_its_defaults(form: Picker) -> None:
 
 def test_an_upload_becomes_the_dataset(form: Picker, notebook_dir: Path) -> None:
     content = b"sentence,label\n" + b"".join(b"a fine film,1\na poor film,0\n" for _ in range(20))
-    form.upload.value = (
-        {
-            "name": "my reviews.csv",
-            "type": "text/csv",
-            "size": len(content),
-            "content": memoryview(content),
-            "last_modified": datetime.now(timezone.utc),
-        },
-    )
+    upload_from_browser(form.upload, "my reviews.csv", content)
     assert (notebook_dir / "tpu_nb_uploads" / "my_reviews.csv").read_bytes() == content
     assert form.fields["dataset"].value == "./tpu_nb_uploads/my_reviews.csv"
     assert form.fields["text_column"].value == "sentence"
@@ -147,8 +142,11 @@ def test_colab_needs_no_custom_widget_manager(notebook_dir: Path, shell: Any, mo
     monkeypatch.setitem(sys.modules, "google.colab.output", output)
     monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-20250101")
     form = picker(shell, notebook_dir)
-    bundle = form._repr_mimebundle_()
-    assert "application/vnd.jupyter.widget-view+json" in bundle
+    InteractiveShell.instance()  # display() publishes through the shell
+    with capture_output() as captured:
+        display(form)
+    [shown] = captured.outputs
+    assert shown.data["application/vnd.jupyter.widget-view+json"]["model_id"] == form.widget.model_id
     assert calls == []
     # Colab renders core widgets itself: everything in the picker comes from ipywidgets.
     assert {type(widget).__module__.split(".")[0] for widget in all_widgets(form.widget)} == {"ipywidgets"}

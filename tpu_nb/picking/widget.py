@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
+from IPython.display import display
 
 from tpu_nb.launcher.errors import TrainingInterrupted
 from tpu_nb.recipes.codegen import code_for
@@ -37,6 +38,7 @@ from .form import (
     save_upload,
 )
 from .preview import make_preview, preview_html
+from .uploads import uploaded_files
 
 UPLOAD_DIRECTORY = "tpu_nb_uploads"
 DEFAULT_NAME = "tuned"
@@ -79,8 +81,10 @@ class Picker:
         self._connect()
         self.refresh()
 
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
+    def _ipython_display_(self) -> None:
+        # Not _repr_mimebundle_: ipywidgets 7 (Colab's 7.7.1) widgets have none;
+        # displaying the widget itself works on ipywidgets 7 and 8.
+        display(self.widget)
 
     @property
     def config(self) -> TrainConfig:
@@ -269,8 +273,8 @@ class Picker:
         self.refresh()
 
     def _uploaded(self, change: dict[str, Any]) -> None:
-        for item in change["new"]:
-            path = save_upload(item["name"], bytes(item["content"]), self.directory / UPLOAD_DIRECTORY)
+        for upload in uploaded_files(change["new"]):
+            path = save_upload(upload.name, upload.content, self.directory / UPLOAD_DIRECTORY)
             dataset = self.fields["dataset"]
             dataset.options = self._dataset_options()
             dataset.value = display_path(path)
