@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from support.kernel import Kernel, errors_of, plain, text_of
+from pathlib import Path
+
+from support.kernel import Kernel, errors_of, plain, shown, text_of
 from support.processes import descendants
+from support.tracebacks import arrow_line, cell_frame_header
+
+TESTS = str(Path(__file__).parent.parent)
 
 
 def test_tpu_info_then_training_in_the_same_kernel(kernel: Kernel) -> None:
@@ -36,13 +41,39 @@ def test_tpu_info_then_training_in_the_same_kernel(kernel: Kernel) -> None:
 
 def test_a_failing_worker_fails_the_cell_with_its_traceback(kernel: Kernel) -> None:
     kernel.run("%load_ext tpu_nb", allow_errors=False)
-    cell = kernel.run("%%tpu_train\nprint('before')\nvalues = {}\nvalues['missing']\n")
+    helper = kernel.run("def lookup(values):\n    return values['missing']\n", allow_errors=False)
+    cell = kernel.run("%%tpu_train\nprint('before')\nvalues = {}\nlookup(values)\n")
     [error] = errors_of(cell)
     assert error.ename == "WorkerError"
     assert "rank 0 of 1 raised KeyError: 'missing'" in error.evalue
     traceback = plain("\n".join(error.traceback))
-    assert "values['missing']" in traceback and "line 4" in traceback
+    # The cell as written (magic line included), then the function from the earlier cell.
+    assert cell_frame_header(cell.execution_count, 4).search(traceback), traceback
+    assert arrow_line(4, "lookup(values)").search(traceback), traceback
+    assert cell_frame_header(helper.execution_count, 2, "lookup").search(traceback), traceback
+    assert arrow_line(2, "    return values['missing']").search(traceback), traceback
+    assert traceback.index("lookup(values)") < traceback.index("return values['missing']")
+    assert "KeyError: 'missing'" in traceback
+    assert "(raised in the worker for rank 0 of 1; every worker was stopped)" in traceback
     assert "before" in text_of(cell)
     assert not descendants(kernel.pid)
     again = kernel.run("%%tpu_train\n21 * 2", allow_errors=False)
     assert "42" in text_of(again)
+
+
+def test_python_3_12s_fork_warning_is_not_shown(kernel: Kernel) -> None:
+    # Every kernel is multi-threaded: on Python 3.12+ each fork warns. Simulated
+    # here (Python 3.11), for a user who turned every warning on.
+    kernel.run(
+        f"import os, sys, warnings\nsys.path.insert(0, {TESTS!r})\n"
+        "from support.forks import fork_that_warns\n"
+        "warnings.simplefilter('always')\n"
+        "os.fork = fork_that_warns(os.fork)\n"
+        "%load_ext tpu_nb",
+        allow_errors=False,
+    )
+    first = kernel.run("%%tpu_train --no-progress\nprint('trained', rank)", allow_errors=False)
+    second = kernel.run("%%tpu_train --no-progress\nprint('trained', rank)", allow_errors=False)
+    assert shown(first) == shown(second) == "trained 0\n"
+    kernel.run("warnings.warn('the user still sees their own warnings')", allow_errors=False)
+    assert "the user still sees their own warnings" in shown(kernel.notebook.cells[-1])

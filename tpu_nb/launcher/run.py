@@ -21,7 +21,8 @@ from tpu_nb.launcher.channel import EventReader, open_channel
 from tpu_nb.launcher.control import StopControl
 from tpu_nb.launcher.environment import WorkerEnvironment
 from tpu_nb.launcher.program import Program
-from tpu_nb.launcher.supervisor import supervise
+from tpu_nb.launcher import forking
+from tpu_nb.launcher.supervisor import prepare_to_fork, supervise
 from tpu_nb.launcher.worker import WorkerPayload
 
 TERMINATE_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
@@ -66,7 +67,8 @@ class Run:
         run_dir = Path(tempfile.mkdtemp(prefix="tpu_nb-", dir=_shared_memory_dir()))
         payload = WorkerPayload(self.program, writer, self.control, run_dir, self.all_results)
         kernel_pid = os.getpid()
-        pid = os.fork()
+        prepare_to_fork()
+        pid = forking.fork()
         if pid == 0:  # the supervisor: never returns into the kernel's code
             code = _SUPERVISOR_CRASHED
             try:

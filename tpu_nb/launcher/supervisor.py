@@ -10,16 +10,18 @@ ends the supervisor and the supervisor's ends each worker.
 from __future__ import annotations
 
 import ctypes
+import functools
 import multiprocessing
 import os
 import pickle
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tpu_nb.launcher import worker
+from tpu_nb.launcher import forking, worker
 from tpu_nb.launcher.environment import WorkerEnvironment
 
 _PR_SET_PDEATHSIG = 1
@@ -33,10 +35,23 @@ class SupervisorReport:
     exit_codes: dict[int, int] = field(default_factory=dict)  # worker pid -> exit code
 
 
+@functools.cache
+def _prctl() -> Callable[..., int]:
+    return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+
+
+def prepare_to_fork() -> None:
+    """Look up what the child needs from libc in the kernel, before forking.
+
+    In the child, the lookup could wait forever on the dynamic loader's lock
+    if another kernel thread held it at the fork (see `forking`).
+    """
+    _prctl()
+
+
 def die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when the process that forked it exits."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _prctl()(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def supervise(payload: worker.WorkerPayload, environment: WorkerEnvironment, kernel_pid: int) -> int:
@@ -46,6 +61,7 @@ def supervise(payload: worker.WorkerPayload, environment: WorkerEnvironment, ker
     if os.getppid() != kernel_pid:  # the kernel died before the line above
         return 1
     worker.capture_output(payload.writer)
+    forking.ignore_fork_warnings_in_this_process()
     environment.apply()
     worker.PAYLOAD = payload
     os.register_at_fork(after_in_child=_become_worker)
