@@ -29,7 +29,7 @@ def test_cores_on_cpu_become_cpu_num_devices(make_system: MakeSystem) -> None:
 
 
 def test_kaggle_topology_variables_are_removed_with_a_note(make_system: MakeSystem) -> None:
-    plan = plan_environment(detect(make_system("kaggle_v5e_8")), cores=None, environ={})
+    plan = plan_environment(detect(make_system("kaggle_v5e_8", environ={"CLOUD_TPU_TASK_ID": "0"})), cores=None, environ={})
     assert set(plan.remove) == {"TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID"}
     [note] = plan.notes
     assert "TPU_PROCESS_ADDRESSES" in note and "CLOUD_TPU_TASK_ID" in note and "removed" in note
@@ -59,7 +59,7 @@ def test_apply_changes_only_the_listed_variables(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("CLOUD_TPU_TASK_ID", "0")
     monkeypatch.setenv("KEEP_ME", "yes")
     monkeypatch.setenv("PJRT_DEVICE", "CPU")  # so monkeypatch restores it after apply()
-    plan = plan_environment(detect(make_system("kaggle_v5e_8")), cores=None, environ={})
+    plan = plan_environment(detect(make_system("kaggle_v5e_8", environ={"CLOUD_TPU_TASK_ID": "0"})), cores=None, environ={})
     plan.apply()
     assert "TPU_PROCESS_ADDRESSES" not in os.environ and "CLOUD_TPU_TASK_ID" not in os.environ
     assert os.environ["KEEP_ME"] == "yes"

@@ -28,7 +28,7 @@ def test_missing_torch_xla_gives_the_install_command(make_system: MakeSystem) ->
     info = detect(make_system("cpu_laptop", packages={"torch_xla": None}))
     with pytest.raises(LaunchRefused) as refused:
         check_can_launch(info, LaunchOptions(), running=None)
-    assert "Fix: pip install torch==2.9.0 torch_xla==2.9.0" in str(refused.value)
+    assert "Fix: pip install 'tpu_nb[xla]'" in str(refused.value)
 
 
 def test_mismatched_versions_are_refused(make_system: MakeSystem) -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from IPython.core.inputtransformer2 import TransformerManager
+from IPython.utils.capture import capture_output
 from nbclient import NotebookClient
 
 from support.kernel import text_of
@@ -46,6 +48,39 @@ def test_saved_notebooks_carry_no_outputs() -> None:
                 assert not cell.outputs and cell.execution_count is None, f"{path.name} holds outputs: clear them"
         tagged = [cell for cell in notebook.cells if "parameters" in cell.metadata.get("tags", [])]
         assert len(tagged) == 1, f"{path.name} needs exactly one cell tagged 'parameters'"
+
+
+class PipRecorder:
+    """Stands in for the shell in the install cell: records `%pip` lines instead of running pip."""
+
+    def __init__(self) -> None:
+        self.pip_lines: list[str] = []
+        self.namespace: dict[str, object] = {}
+
+    def run_line_magic(self, name: str, line: str) -> None:
+        assert name == "pip"
+        self.pip_lines.append(line.format(**self.namespace))  # IPython expands {names} in magic lines
+
+
+@pytest.mark.parametrize(
+    ("installed", "expected"),
+    [
+        ({"tpu_nb", "torch_xla"}, []),  # installed already: nothing
+        ({"torch_xla"}, ['install --quiet "tpu_nb"']),  # Colab, Kaggle, Cloud TPU: tpu_nb alone
+        (set(), ['install --quiet "tpu_nb[xla]"']),  # a bare machine: the pinned torch + torch_xla too
+    ],
+)
+@pytest.mark.parametrize("name", sorted(path.name for path in NOTEBOOKS.glob("*.ipynb")))
+def test_the_install_cell_installs_nothing_the_image_has(name: str, installed: set[str], expected: list[str]) -> None:
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    [install] = [cell.source for cell in notebook.cells if cell.cell_type == "code" and "%pip install" in cell.source]
+    shell = PipRecorder()
+    find_spec = lambda module: object() if module in installed else None  # noqa: E731
+    shell.namespace = {"TPU_NB_REQUIREMENT": "tpu_nb", "get_ipython": lambda: shell, "find_spec": find_spec}
+    code = TransformerManager().transform_cell(install).replace("importlib.util.find_spec", "find_spec")
+    with capture_output():
+        exec(code, shell.namespace)
+    assert shell.pip_lines == expected
 
 
 def test_quickstart(tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -18,7 +18,7 @@ MakeSystem = Callable[..., SystemView]
 FakeTorchXla = Callable[[bool], types.ModuleType]
 
 REPO = Path(__file__).resolve().parents[2]
-CPU_INSTALL = "pip install torch==2.9.0 torch_xla==2.9.0"
+CPU_INSTALL = "pip install 'tpu_nb[xla]'"
 
 
 def codes(info: RuntimeInfo) -> list[str]:
@@ -50,13 +50,13 @@ def test_colab_v5e_1(make_system: MakeSystem) -> None:
     assert info.pjrt_device == "TPU"
     assert info.versions == Versions(
         python=platform.python_version(),
-        torch="2.8.0+cpu",
-        torch_xla="2.8.0",
-        libtpu="0.0.17",
-        transformers="4.55.4",
+        torch="2.9.0+cpu",
+        torch_xla="2.9.0",
+        libtpu="0.0.21.1",
+        transformers="5.15.0",
     )
-    # The platform's torch is kept; only the local build tag is dropped.
-    assert info.install_command == "pip install 'torch~=2.8.0' 'torch_xla[tpu]~=2.8.0'"
+    # The image's torch + torch_xla stay: tpu_nb alone is installed.
+    assert info.install_command == "pip install tpu_nb"
     assert info.problems == ()
     assert info.can_launch
 
@@ -79,7 +79,7 @@ def test_colab_v2_8(make_system: MakeSystem) -> None:
     assert info.versions.torch_xla == "2.5.1"
     assert info.versions.libtpu == "0.1.dev20241010+nightly"  # from libtpu-nightly
     assert info.versions.transformers == "4.46.2"
-    assert info.install_command == "pip install 'torch~=2.5.0' 'torch_xla[tpu]~=2.5.0'"
+    assert info.install_command == "pip install tpu_nb"
     assert info.problems == ()
 
 
@@ -97,10 +97,10 @@ def test_kaggle_v5e_8(make_system: MakeSystem) -> None:
     )
     assert (info.devices, info.workers, info.devices_per_worker) == (8, 8, 1)
     assert info.pjrt_device == "TPU"
-    assert (info.versions.torch, info.versions.torch_xla, info.versions.libtpu) == ("2.6.0+cpu", "2.6.0", "0.0.8")
-    assert info.versions.transformers == "4.51.3"
-    assert info.install_command == "pip install 'torch~=2.6.0' 'torch_xla[tpu]~=2.6.0'"
-    assert info.topology_vars == ("TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID")
+    assert (info.versions.torch, info.versions.torch_xla, info.versions.libtpu) == ("2.8.0+cpu", "2.8.0", "0.0.17")
+    assert info.versions.transformers == "5.24.0"
+    assert info.install_command == "pip install tpu_nb"
+    assert info.topology_vars == ("TPU_PROCESS_ADDRESSES",)
     assert codes(info) == ["topology_vars"]
     assert info.can_launch  # a warning only: tpu_nb removes the variables itself
 
@@ -118,7 +118,7 @@ def test_cloud_tpu_vm_v4_8(make_system: MakeSystem) -> None:
     assert (info.devices, info.workers, info.devices_per_worker) == (4, 4, 1)
     assert info.pjrt_device == "TPU"
     assert (info.versions.torch, info.versions.torch_xla, info.versions.libtpu) == ("2.9.0", "2.9.0", "0.0.21")
-    assert info.install_command == "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"
+    assert info.install_command == "pip install tpu_nb"
     assert info.problems == ()
 
 
@@ -134,7 +134,7 @@ def test_gke_v5e_4(make_system: MakeSystem) -> None:
     assert (info.devices, info.workers, info.devices_per_worker) == (4, 4, 1)
     assert info.pjrt_device == "TPU"
     assert (info.versions.torch, info.versions.torch_xla, info.versions.libtpu) == ("2.9.0", "2.9.0", "0.0.21")
-    assert info.install_command == "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"
+    assert info.install_command == "pip install tpu_nb"
     assert info.problems == ()
 
 
@@ -165,7 +165,7 @@ def test_cpu_laptop(make_system: MakeSystem) -> None:
     assert info.pjrt_device == "CPU"
     assert (info.devices, info.workers, info.devices_per_worker) == (1, 1, 1)
     assert (info.versions.torch, info.versions.torch_xla, info.versions.transformers) == ("2.9.0", "2.9.0", "5.0.0")
-    assert info.install_command == CPU_INSTALL
+    assert info.install_command == "pip install tpu_nb"
     assert info.topology_vars == ()
     assert codes(info) == ["no_tpu"]
     assert info.errors == () and info.warnings == ()
@@ -259,7 +259,9 @@ def test_torch_xla_missing_on_tpu_installs_the_tpu_build_for_the_installed_torch
     info = detect(make_system("colab_v5e_1", packages={"torch_xla": None}))
 
     missing = problem(info, "torch_xla_missing")
-    assert missing.fix == "pip install 'torch~=2.8.0' 'torch_xla[tpu]~=2.8.0'"
+    # The image's torch stays; only the matching torch_xla (with its libtpu) is added.
+    assert missing.fix == "pip install 'torch_xla[tpu]~=2.9.0'"
+    assert info.install_command == "pip install 'torch_xla[tpu]~=2.9.0' tpu_nb"
     # Without torch_xla, a missing libtpu is not the thing to report.
     assert "libtpu_missing" not in codes(info)
 
@@ -267,7 +269,7 @@ def test_torch_xla_missing_on_tpu_installs_the_tpu_build_for_the_installed_torch
 def test_torch_xla_missing_without_torch_installs_the_pinned_pair(make_system: MakeSystem) -> None:
     info = detect(make_system("colab_v5e_1", packages={"torch": None, "torch_xla": None}))
 
-    assert problem(info, "torch_xla_missing").fix == "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"
+    assert problem(info, "torch_xla_missing").fix == "pip install torch==2.9.0 'torch_xla[tpu]==2.9.0'"
 
 
 def test_version_mismatch_off_tpu(make_system: MakeSystem) -> None:
@@ -285,7 +287,7 @@ def test_version_mismatch_on_tpu_matches_torch_xla_to_torch(make_system: MakeSys
 
     mismatch = problem(info, "version_mismatch")
     assert "torch 2.9.1+cpu" in mismatch.message and "torch_xla 2.8.0" in mismatch.message
-    assert mismatch.fix == "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"
+    assert mismatch.fix == "pip install 'torch_xla[tpu]~=2.9.0'"
 
 
 @pytest.mark.parametrize(("torch", "torch_xla"), [("2.9.0+cpu", "2.9.0"), ("2.5.1", "2.5.0"), ("2.9.0", "2.9.0+tpu")])
@@ -327,14 +329,14 @@ def test_topology_vars(make_system: MakeSystem) -> None:
 
     preset = problem(info, "topology_vars")
     assert preset.severity == "warning"
-    assert "TPU_PROCESS_ADDRESSES and CLOUD_TPU_TASK_ID" in preset.message
+    assert "TPU_PROCESS_ADDRESSES" in preset.message
     assert '"Expected 8 worker addresses, got 1"' in preset.message
     assert "tpu_nb removes them for its workers" in preset.message
     assert preset.fix == "No action needed."
 
 
 def test_topology_vars_names_only_what_is_set(make_system: MakeSystem) -> None:
-    info = detect(make_system("kaggle_v5e_8", environ={"TPU_PROCESS_ADDRESSES": None}))
+    info = detect(make_system("kaggle_v5e_8", environ={"TPU_PROCESS_ADDRESSES": None, "CLOUD_TPU_TASK_ID": "0"}))
 
     assert info.topology_vars == ("CLOUD_TPU_TASK_ID",)
     assert "TPU_PROCESS_ADDRESSES" not in problem(info, "topology_vars").message
@@ -387,7 +389,27 @@ def test_libtpu_missing(make_system: MakeSystem) -> None:
     missing = problem(info, "libtpu_missing")
     assert missing.severity == "error"
     assert "libtpu is not installed" in missing.message
-    assert missing.fix == "pip install 'torch~=2.9.0' 'torch_xla[tpu]~=2.9.0'"
+    # The tpu extra of the installed torch_xla: libtpu comes, torch_xla stays.
+    assert missing.fix == "pip install 'torch_xla[tpu]==2.9.0'"
+
+
+@pytest.mark.parametrize(("torch_xla", "libtpu", "expected"), [("2.8.0", "0.0.21", "0.0.17"), ("2.9.0", "0.0.17", "0.0.21")])
+def test_a_libtpu_other_than_torch_xlas_own_is_a_warning(make_system: MakeSystem, torch_xla: str, libtpu: str, expected: str) -> None:
+    info = detect(make_system("kaggle_v5e_8", packages={"torch": torch_xla + "+cpu", "torch_xla": torch_xla, "libtpu": libtpu}))
+
+    mismatch = problem(info, "libtpu_mismatch")
+    assert mismatch.severity == "warning"
+    assert f"libtpu {libtpu} is not the libtpu {expected} that torch_xla {torch_xla} was built for" in mismatch.message
+    assert "PJRT API mismatch" in mismatch.message
+    assert mismatch.fix == f"pip install libtpu=={expected}"
+    assert info.can_launch
+
+
+@pytest.mark.parametrize(("torch_xla", "libtpu"), [("2.8.0", "0.0.17"), ("2.9.0", "0.0.21.1"), ("2.7.0", "0.0.11")])
+def test_libtpu_of_the_torch_xla_line_or_an_unknown_line_is_fine(make_system: MakeSystem, torch_xla: str, libtpu: str) -> None:
+    info = detect(make_system("kaggle_v5e_8", packages={"torch": torch_xla, "torch_xla": torch_xla, "libtpu": libtpu}))
+
+    assert "libtpu_mismatch" not in codes(info)
 
 
 def test_libtpu_is_not_needed_off_tpu(make_system: MakeSystem) -> None:
@@ -444,10 +466,7 @@ def test_detect_on_this_machine_is_cheap_and_leaves_torch_xla_unimported() -> No
         "    'accelerator': info.accelerator.value, 'pjrt_device': info.pjrt_device,\n"
         "    'workers': info.workers, 'torch_xla': info.versions.torch_xla}))\n"
     )
-    environ = {**os.environ, "PYTHONPATH": str(REPO)}
-    completed = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, env=environ, capture_output=True, text=True, check=True
-    )
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     result = json.loads(completed.stdout)
     print(f"import + detect() on this machine: {result['seconds']:.3f} s")
 
@@ -455,7 +474,7 @@ def test_detect_on_this_machine_is_cheap_and_leaves_torch_xla_unimported() -> No
     assert result["accelerator"] == "cpu"
     assert result["pjrt_device"] == "CPU"
     assert result["workers"] == 1
-    assert result["torch_xla"] == "2.9.0"
+    assert result["torch_xla"] == importlib.metadata.version("torch_xla")
 
 
 def test_runtime_package_imports_only_the_standard_library() -> None:

@@ -103,7 +103,9 @@ def test_html_table_shows_the_tpu_runtime(troubled_tpu: RuntimeInfo) -> None:
     assert panel.rows["Workers"] == "8 (1 device each)"
     assert panel.rows["PJRT device"] == "TPU"
     assert panel.rows["Versions"].startswith("Python ")
-    assert "torch 2.6.0+cpu, torch_xla 2.6.0, libtpu 0.0.8, transformers 4.51.3" in panel.rows["Versions"]
+    assert "torch 2.8.0+cpu, torch_xla 2.8.0, libtpu 0.0.17, transformers 5.24.0" in panel.rows["Versions"]
+    # Kaggle's torch + torch_xla stay: tpu_nb installs alone.
+    assert panel.rows["Install"] == "pip install tpu_nb"
 
 
 def test_html_escapes_every_value(troubled_tpu: RuntimeInfo) -> None:
@@ -192,3 +194,5 @@ def test_gpu_machine_names_the_unused_gpu(make_system: MakeSystem) -> None:
 
     assert panel.rows["Accelerator"] == "1 NVIDIA GPU (not used by tpu_nb)"
     assert "torch_xla not installed" in panel.rows["Versions"]
+    # No torch_xla here: the xla extra brings the pinned torch + torch_xla pair.
+    assert panel.rows["Install"] == "pip install 'tpu_nb[xla]'"

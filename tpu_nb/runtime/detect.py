@@ -16,8 +16,14 @@ from typing import Literal
 
 from .system import OpenedBy, PciDevice, SystemView
 
-# The newest torch_xla on PyPI; it is built against the torch of the same version.
+# The newest torch_xla on PyPI; it is built against the torch of the same
+# version. tpu_nb's `xla` extra pins this pair for machines without a TPU.
 PINNED_TORCH_XLA = "2.9.0"
+
+# The libtpu each torch_xla release line was built for (its `tpu` extra pins
+# it). Kaggle pins 0.0.17 for torch_xla 2.8 because newer ones fail with a
+# PJRT API mismatch; Colab ships 0.0.21.1 with torch_xla 2.9.
+LIBTPU_FOR_TORCH_XLA = {("2", "8"): "0.0.17", ("2", "9"): "0.0.21"}
 
 # Variables some platforms preset for a single-process topology; with them a
 # multi-process start fails ("Expected N worker addresses, got 1").
@@ -47,6 +53,7 @@ RUNTIME_INITIALIZED = "runtime_initialized"
 TOPOLOGY_VARS = "topology_vars"
 TPU_BUSY = "tpu_busy"
 LIBTPU_MISSING = "libtpu_missing"
+LIBTPU_MISMATCH = "libtpu_mismatch"
 PJRT_CPU_ON_TPU = "pjrt_cpu_on_tpu"
 NO_TPU = "no_tpu"
 
@@ -131,6 +138,7 @@ class RuntimeInfo:
     versions: Versions
     topology_vars: tuple[str, ...]
     install_command: str
+    """How to install tpu_nb here, installing nothing the runtime already has that works."""
     problems: tuple[Problem, ...]
 
     @property
@@ -172,14 +180,15 @@ def detect(system: SystemView | None = None) -> RuntimeInfo:
     versions = _detect_versions(system)
     pjrt_device = (environ.get("PJRT_DEVICE") or ("TPU" if tpu else "CPU")).upper()
     plan = _plan_launch(environ, tpu, pjrt_device)
-    install_command = _install_command(on_tpu=tpu is not None, torch_version=versions.torch)
+    xla_install = _xla_install(tpu, versions)
     topology_vars = tuple(name for name in TOPOLOGY_VARIABLES if name in environ)
     problems = (
         _runtime_initialized(system),
         _tpu_busy(system) if tpu else None,
-        _torch_xla_missing(versions, install_command),
-        _version_mismatch(versions, install_command),
-        _libtpu_missing(tpu, versions, install_command),
+        _torch_xla_missing(versions, xla_install),
+        _version_mismatch(versions, xla_install),
+        _libtpu_missing(tpu, versions),
+        _libtpu_mismatch(tpu, versions),
         _pjrt_cpu_on_tpu(tpu, pjrt_device),
         _topology_vars(topology_vars, plan.workers),
         _no_tpu(tpu, gpu_count),
@@ -195,7 +204,7 @@ def detect(system: SystemView | None = None) -> RuntimeInfo:
         devices_per_worker=plan.devices_per_worker,
         versions=versions,
         topology_vars=topology_vars,
-        install_command=install_command,
+        install_command=_install_command(tpu, versions, xla_install),
         problems=tuple(problem for problem in problems if problem),
     )
 
@@ -293,13 +302,29 @@ def _process_bounds_size(bounds: str) -> int | None:
     return size
 
 
-def _install_command(*, on_tpu: bool, torch_version: str | None) -> str:
-    if not on_tpu:
-        return f"pip install torch=={PINNED_TORCH_XLA} torch_xla=={PINNED_TORCH_XLA}"
-    # Keep the platform's torch release line (its other packages were built
-    # against it); torch_xla releases only match torch's major.minor.0.
-    line = ".".join(_major_minor(_release(torch_version))) if torch_version else PINNED_TORCH_XLA.rsplit(".", 1)[0]
-    return f"pip install 'torch~={line}.0' 'torch_xla[tpu]~={line}.0'"
+def _has_matching_xla(versions: Versions) -> bool:
+    return bool(versions.torch and versions.torch_xla and _major_minor(versions.torch) == _major_minor(versions.torch_xla))
+
+
+def _xla_install(tpu: TpuInfo | None, versions: Versions) -> str:
+    """The pip command that gives this runtime a torch_xla matching its torch."""
+    if tpu is None:
+        # XLA:CPU: tpu_nb's `xla` extra pins the pair that works off-TPU.
+        return "pip install 'tpu_nb[xla]'"
+    if versions.torch:
+        # A TPU image's torch is kept (its other packages were built against
+        # it); torch_xla releases only match torch's major.minor.
+        line = ".".join(_major_minor(versions.torch))
+        return f"pip install 'torch_xla[tpu]~={line}.0'"
+    return f"pip install torch=={PINNED_TORCH_XLA} 'torch_xla[tpu]=={PINNED_TORCH_XLA}'"
+
+
+def _install_command(tpu: TpuInfo | None, versions: Versions, xla_install: str) -> str:
+    if _has_matching_xla(versions):
+        return "pip install tpu_nb"  # Colab, Kaggle, Cloud TPU images: tpu_nb alone
+    if tpu is None:
+        return xla_install
+    return f"{xla_install} tpu_nb"
 
 
 def _release(version: str) -> str:
@@ -345,39 +370,53 @@ def _describe_holder(holder: OpenedBy) -> str:
     return f"pid {holder.pid} ({holder.command or 'unknown command'}) has {', '.join(holder.paths)} open"
 
 
-def _torch_xla_missing(versions: Versions, install_command: str) -> Problem | None:
+def _torch_xla_missing(versions: Versions, xla_install: str) -> Problem | None:
     if versions.torch_xla:
         return None
     return Problem(
         TORCH_XLA_MISSING,
         "error",
         "torch_xla is not installed; %%tpu_train needs it to run on XLA devices.",
-        install_command,
+        xla_install,
     )
 
 
-def _version_mismatch(versions: Versions, install_command: str) -> Problem | None:
-    if not versions.torch or not versions.torch_xla:
-        return None
-    if _major_minor(versions.torch) == _major_minor(versions.torch_xla):
+def _version_mismatch(versions: Versions, xla_install: str) -> Problem | None:
+    if not versions.torch or not versions.torch_xla or _has_matching_xla(versions):
         return None
     return Problem(
         VERSION_MISMATCH,
         "error",
         f"torch {versions.torch} does not match torch_xla {versions.torch_xla}: "
         "torch_xla only works with the torch release it was built against.",
-        install_command,
+        xla_install,
     )
 
 
-def _libtpu_missing(tpu: TpuInfo | None, versions: Versions, install_command: str) -> Problem | None:
+def _libtpu_missing(tpu: TpuInfo | None, versions: Versions) -> Problem | None:
     if not tpu or not versions.torch_xla or versions.libtpu:
         return None
     return Problem(
         LIBTPU_MISSING,
         "error",
         "libtpu is not installed, so torch_xla cannot reach the TPU.",
-        install_command,
+        # The `tpu` extra of the installed torch_xla brings the libtpu it was built for.
+        f"pip install 'torch_xla[tpu]=={_release(versions.torch_xla)}'",
+    )
+
+
+def _libtpu_mismatch(tpu: TpuInfo | None, versions: Versions) -> Problem | None:
+    if not tpu or not versions.torch_xla or not versions.libtpu:
+        return None
+    expected = LIBTPU_FOR_TORCH_XLA.get(_major_minor(versions.torch_xla))
+    if expected is None or _release(versions.libtpu).split(".")[:3] == expected.split("."):  # 0.0.21.1 is a 0.0.21
+        return None
+    return Problem(
+        LIBTPU_MISMATCH,
+        "warning",
+        f"libtpu {versions.libtpu} is not the libtpu {expected} that torch_xla {versions.torch_xla} was built for: "
+        "the TPU may fail to start with a PJRT API mismatch.",
+        f"pip install libtpu=={expected}",
     )
 
 

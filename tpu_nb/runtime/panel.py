@@ -70,6 +70,7 @@ class RuntimePanel:
             ("Workers", f"{info.workers} ({_count(info.devices_per_worker, 'device')} each)"),
             ("PJRT device", info.pjrt_device),
             ("Versions", self._versions()),
+            ("Install", info.install_command),
         ]
 
     def _accelerator(self) -> str:
