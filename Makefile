@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.tpu_nb-installed
 
-.PHONY: install demo test benchmark clean
+.PHONY: install demo test test-compat benchmark clean
 
 install: $(STAMP)
 
@@ -21,9 +21,36 @@ demo: install
 test: install
 	PJRT_DEVICE=CPU $(BIN)/python -m pytest
 
+# Colab's and Kaggle's TPU images (compat/*-tpu.txt): each gets a venv with
+# the image's packages, tpu_nb installed as users install it (pip must change
+# none of the image's packages), then the test suite run against that install
+# (from build/, so the installed copy is imported, not this checkout), and the
+# quick start in a real browser on Colab's widget stack (ipywidgets 7.7.1 with
+# its own frontend, the classic Notebook of that image).
+# TORCH_WARM_POOL=0: PyPI's torch 2.8.0 brings triton, so importing
+# transformers' Trainer starts torch's compile-worker processes; Kaggle's
+# torch 2.8.0+cpu has no triton and starts none (nor does torch 2.9).
+COMPAT_IMAGES := colab kaggle
+
+test-compat: install $(COMPAT_IMAGES:%=.venv-%/.image-installed)
+	set -e; for image in $(COMPAT_IMAGES); do \
+		$(PYTHON) scripts/compat_env.py install $$image; \
+		mkdir -p build/compat-$$image; \
+		cd build/compat-$$image; \
+		PJRT_DEVICE=CPU TORCH_WARM_POOL=0 ../../.venv-$$image/bin/python -P -m pytest -c ../../setup.cfg --rootdir ../.. \
+			../../tests --ignore=../../tests/browser; \
+		cd ../..; \
+	done
+	TPU_NB_CLASSIC_NOTEBOOK_PYTHON=$(CURDIR)/.venv-colab/bin/python PJRT_DEVICE=CPU TORCH_WARM_POOL=0 \
+		$(BIN)/python -m pytest tests/browser/test_classic_notebook.py
+
+.venv-%/.image-installed: compat/%-tpu.txt scripts/compat_env.py
+	$(PYTHON) scripts/compat_env.py image $*
+	touch $@
+
 benchmark: install
 	$(BIN)/python benchmarks/return_transfer.py
 	PJRT_DEVICE=CPU $(BIN)/python benchmarks/progress_overhead.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(COMPAT_IMAGES:%=.venv-%) build *.egg-info

@@ -1,4 +1,4 @@
-"""Fixtures for the browser tests: JupyterLab and headless Chromium, always shut down afterwards.
+"""Fixtures for the browser tests: notebook servers and headless Chromium, always shut down afterwards.
 
 Nothing here imports playwright at module level: pytest loads this conftest
 even where the tests skip because playwright is missing.
@@ -10,20 +10,20 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
-from lab_server import CHROMIUM, CHROMIUM_ARGS, REPO, JupyterLabServer, start_jupyterlab, stop_jupyterlab
+from servers import CHROMIUM, CHROMIUM_ARGS, REPO, NotebookServer, start_jupyterlab, stop_server
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
 
 
 @pytest.fixture(scope="module")
-def jupyterlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLabServer]:
+def jupyterlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NotebookServer]:
     """JupyterLab serving a fresh copy of notebooks/01_quickstart.ipynb."""
     server = start_jupyterlab(tmp_path_factory.mktemp("jupyterlab"), [REPO / "notebooks" / "01_quickstart.ipynb"])
     try:
         yield server
     finally:
-        stop_jupyterlab(server)
+        stop_server(server)
 
 
 @pytest.fixture(scope="module")

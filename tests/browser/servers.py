@@ -1,4 +1,4 @@
-"""A throwaway JupyterLab server for the browser tests: started on a copy of notebooks, always stopped."""
+"""Throwaway notebook servers for the browser tests (JupyterLab 4, classic Notebook 6), always stopped."""
 
 from __future__ import annotations
 
@@ -42,22 +42,23 @@ LAB_SETTINGS = {
 
 
 @dataclass
-class JupyterLabServer:
-    """A JupyterLab server on 127.0.0.1 serving `root_dir`, reachable with `token`."""
+class NotebookServer:
+    """A JupyterLab or classic Notebook server on 127.0.0.1 serving `root_dir`, reachable with `token`."""
 
     process: subprocess.Popen[bytes]
     port: int
     token: str
     root_dir: Path
     log_path: Path
+    page_prefix: str  # "lab/tree" (JupyterLab) or "notebooks" (classic Notebook)
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def lab_url(self, path: str) -> str:
-        """The address that opens `path` (relative to root_dir) in JupyterLab, logged in by token."""
-        return f"{self.base_url}/lab/tree/{path}?token={self.token}"
+    def notebook_url(self, path: str) -> str:
+        """The address that opens `path` (relative to root_dir), logged in by token."""
+        return f"{self.base_url}/{self.page_prefix}/{path}?token={self.token}"
 
     def api(self, path: str, method: str = "GET", timeout: float = 10) -> Any:
         """Call the server's REST API; returns the decoded JSON (None for an empty body)."""
@@ -82,8 +83,47 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_jupyterlab(base: Path, notebooks: list[Path]) -> JupyterLabServer:
-    """Start JupyterLab on a copy of `notebooks` (outputs cleared) and wait until its API answers."""
+def start_jupyterlab(base: Path, notebooks: list[Path]) -> NotebookServer:
+    """JupyterLab 4 from this environment, on a copy of `notebooks`."""
+    home = base / "jupyter"
+    settings_dir = home / "settings"
+    for name, values in LAB_SETTINGS.items():
+        (settings_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (settings_dir / name).write_text(json.dumps(values))
+    port, token = free_port(), secrets.token_hex(16)
+    command = [
+        sys.executable, "-m", "jupyter", "lab", "--no-browser",
+        "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",  # fail rather than quietly serve on another port
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={base / 'root'}",
+        "--ServerApp.allow_root=True",  # CI runs as root; JupyterLab refuses that otherwise
+        f"--LabApp.workspaces_dir={home / 'workspaces'}",
+        f"--LabApp.user_settings_dir={settings_dir}",
+    ]  # fmt: skip
+    return _start(base, notebooks, command, port, token, "lab/tree")
+
+
+def start_classic_notebook(base: Path, notebooks: list[Path], python: str) -> NotebookServer:
+    """The classic Notebook (6.x) of the environment of `python`: server, kernel and widget frontend all from there.
+
+    That frontend is the ipywidgets 7 one (widgetsnbextension 3.x), which
+    JupyterLab 4's widget manager is not: it renders protocol 2 only.
+    """
+    port, token = free_port(), secrets.token_hex(16)
+    command = [
+        python, "-m", "notebook", "--no-browser",
+        "--NotebookApp.ip=127.0.0.1", f"--NotebookApp.port={port}",
+        "--NotebookApp.port_retries=0",
+        f"--NotebookApp.token={token}",
+        f"--NotebookApp.notebook_dir={base / 'root'}",
+        "--NotebookApp.allow_root=True",
+    ]  # fmt: skip
+    return _start(base, notebooks, command, port, token, "notebooks")
+
+
+def _start(base: Path, notebooks: list[Path], command: list[str], port: int, token: str, page_prefix: str) -> NotebookServer:
+    """Start a server on a copy of `notebooks` (outputs cleared) and wait until its API answers."""
     root_dir, home = base / "root", base / "jupyter"
     root_dir.mkdir()
     for source in notebooks:
@@ -93,12 +133,6 @@ def start_jupyterlab(base: Path, notebooks: list[Path]) -> JupyterLabServer:
             if cell.cell_type == "code":
                 cell.outputs, cell.execution_count = [], None
         nbformat.write(notebook, root_dir / source.name)
-    settings_dir = home / "settings"
-    for name, values in LAB_SETTINGS.items():
-        (settings_dir / name).parent.mkdir(parents=True, exist_ok=True)
-        (settings_dir / name).write_text(json.dumps(values))
-
-    port, token = free_port(), secrets.token_hex(16)
     # Config, runtime files, workspaces and settings in the temp dir: the user's
     # own (e.g. a saved workspace reopening another notebook) must not leak in.
     env = dict(
@@ -107,21 +141,11 @@ def start_jupyterlab(base: Path, notebooks: list[Path]) -> JupyterLabServer:
         JUPYTER_CONFIG_DIR=str(home / "config"),
         JUPYTER_RUNTIME_DIR=str(home / "runtime"),
     )
-    command = [
-        sys.executable, "-m", "jupyter", "lab", "--no-browser",
-        "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-        "--ServerApp.port_retries=0",  # fail rather than quietly serve on another port
-        f"--IdentityProvider.token={token}",
-        f"--ServerApp.root_dir={root_dir}",
-        "--ServerApp.allow_root=True",  # CI runs as root; JupyterLab refuses that otherwise
-        f"--LabApp.workspaces_dir={home / 'workspaces'}",
-        f"--LabApp.user_settings_dir={settings_dir}",
-    ]  # fmt: skip
-    log_path = base / "jupyterlab.log"
+    log_path = base / "server.log"
     with log_path.open("wb") as log:
         # Its own session: on a failed graceful stop we can signal the whole group.
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    server = JupyterLabServer(process, port, token, root_dir, log_path)
+    server = NotebookServer(process, port, token, root_dir, log_path, page_prefix)
 
     def answers() -> bool:
         if process.poll() is not None:
@@ -134,12 +158,12 @@ def start_jupyterlab(base: Path, notebooks: list[Path]) -> JupyterLabServer:
 
     wait_until(answers, SERVER_START_SECONDS, interval=0.25)
     if process.poll() is not None or not answers():
-        stop_jupyterlab(server)
-        pytest.fail(f"JupyterLab did not answer on port {port} within {SERVER_START_SECONDS} s:\n{server.log_tail()}")
+        stop_server(server)
+        pytest.fail(f"{command[1:4]} did not answer on port {port} within {SERVER_START_SECONDS} s:\n{server.log_tail()}")
     return server
 
 
-def stop_jupyterlab(server: JupyterLabServer) -> None:
+def stop_server(server: NotebookServer) -> None:
     """Shut the server and its kernels down; kill whatever is left, so no process outlives the test."""
     # Kernels run in sessions of their own (jupyter_client), outside the
     # server's process group: note them now, to check on them afterwards.

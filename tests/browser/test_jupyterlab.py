@@ -16,7 +16,8 @@ pytest.importorskip(
 )
 pytest.importorskip("jupyterlab", reason="needs JupyterLab 4: `pip install 'jupyterlab>=4,<5'`")
 
-from lab_server import CHROMIUM, REPO, JupyterLabServer  # noqa: E402
+from servers import CHROMIUM, REPO, NotebookServer  # noqa: E402
+from dashboard_checks import assert_chart_drawn, assert_model_learned, assert_progress_finished  # noqa: E402
 from lab_page import open_notebook, run_all_cells, save_notebook, screenshot_whole_notebook  # noqa: E402
 from playwright.sync_api import Locator, Page, expect  # noqa: E402
 
@@ -27,13 +28,11 @@ NOTEBOOK = "01_quickstart.ipynb"
 SCREENSHOT = REPO / "build" / "browser_quickstart.png"
 RUN_ALL_MS = 150_000  # the %%tpu_train cell takes 15-30 s on XLA:CPU; the rest a few seconds
 FAILURE_TEXT = re.compile(r"Traceback \(most recent call last\)|UsageError: ")
-# Plain groups: playwright hands the pattern to JavaScript, which has no (?P<name>...).
-ACCURACY_LINE = re.compile(r"accuracy before: ([\d.]+), after: ([\d.]+)")
 
 
-def test_quickstart_runs_in_jupyterlab(jupyterlab: JupyterLabServer, page: Page) -> None:
+def test_quickstart_runs_in_jupyterlab(jupyterlab: NotebookServer, page: Page) -> None:
     expect.set_options(timeout=15_000)
-    panel = open_notebook(page, jupyterlab.lab_url(NOTEBOOK), NOTEBOOK)
+    panel = open_notebook(page, jupyterlab.notebook_url(NOTEBOOK), NOTEBOOK)
     try:
         run_all_cells(page, timeout_ms=RUN_ALL_MS)
     finally:
@@ -45,10 +44,10 @@ def test_quickstart_runs_in_jupyterlab(jupyterlab: JupyterLabServer, page: Page)
     expect(dashboard, "the %%tpu_train cell shows exactly one dashboard").to_have_count(1)
     assert_progress_finished(dashboard)
     assert_chart_drawn(dashboard, page)
-    assert_model_learned(panel)
+    assert_model_learned(panel.locator(".jp-OutputArea-output"))
 
 
-def assert_every_cell_ran_without_error(panel: Locator, jupyterlab: JupyterLabServer, page: Page) -> None:
+def assert_every_cell_ran_without_error(panel: Locator, jupyterlab: NotebookServer, page: Page) -> None:
     """Every code cell ran and none failed: checked in the page and in the notebook JupyterLab saves.
 
     JupyterLab 4 renders an error output exactly like stderr (both
@@ -73,34 +72,3 @@ def assert_every_cell_ran_without_error(panel: Locator, jupyterlab: JupyterLabSe
         if output["output_type"] == "error"
     ]
     assert not errors, "error outputs in the saved notebook:\n" + "\n".join(errors)
-
-
-def assert_progress_finished(dashboard: Locator) -> None:
-    """The ipywidgets IntProgress rendered, green ("success") and full."""
-    progress = dashboard.locator(".widget-hprogress")
-    expect(progress).to_be_visible()
-    bar = progress.locator(".progress-bar")
-    expect(bar).to_have_class(re.compile(r"\bprogress-bar-success\b"))
-    assert bar.evaluate("element => element.style.width") == "100%"
-
-
-def assert_chart_drawn(dashboard: Locator, page: Page) -> None:
-    """The dashboard's chart (an ipywidgets Image) shows a decoded PNG."""
-    chart = dashboard.locator("img")
-    expect(chart).to_have_count(1)
-    expect(chart).to_be_visible()
-    source = chart.get_attribute("src") or ""
-    assert source.startswith(("blob:", "data:image/png")), f"unexpected chart source {source[:60]!r}"
-    page.wait_for_function("image => image.complete", arg=chart.element_handle(), timeout=10_000)
-    width, height = chart.evaluate("image => [image.naturalWidth, image.naturalHeight]")
-    assert width > 0 and height > 0, "the chart image did not decode"
-
-
-def assert_model_learned(panel: Locator) -> None:
-    """The last cell's "accuracy before: X, after: Y" line shows Y > X."""
-    line = panel.locator(".jp-OutputArea-output").filter(has_text=ACCURACY_LINE)
-    expect(line).to_have_count(1)
-    match = ACCURACY_LINE.search(line.inner_text())
-    assert match is not None
-    before, after = float(match[1]), float(match[2])
-    assert after > before, f"accuracy did not improve: before {before}, after {after}"
