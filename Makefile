@@ -18,7 +18,12 @@ $(STAMP): setup.cfg pyproject.toml
 demo: install
 	$(BIN)/python scripts/demo.py
 
+# Lint, types and the import contract between the rooms (setup.cfg) first: seconds.
 test: install
+	$(BIN)/ruff check tpu_nb tests scripts benchmarks
+	$(BIN)/ruff format --check tpu_nb tests scripts benchmarks
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 	PJRT_DEVICE=CPU $(BIN)/python -m pytest
 
 # Colab's and Kaggle's TPU images (compat/*-tpu.txt): each gets a venv with

@@ -3,7 +3,7 @@
 Compares, for state dicts of several sizes, sending from a forked child:
 - pipe: pickled bytes through a multiprocessing Pipe (what a naive launcher does);
 - file: `torch.save` to a file in /dev/shm, `torch.load` in the parent
-  (what tpu_nb does: tpu_nb.launcher.transfer).
+  (what tpu_nb does: tpu_nb.wire.results).
 Prints seconds for each and the ratio pipe/file.
 """
 

@@ -6,11 +6,11 @@ import os
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
-from collections.abc import Iterator  # noqa: E402
+from collections.abc import Iterator
 
-import pytest  # noqa: E402
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
-from support.platforms import fake_torch_xla, make_system  # noqa: E402,F401 - fixtures for every test
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from support.platforms import fake_torch_xla, make_system  # noqa: F401 - fixtures for every test
 
 
 @pytest.fixture

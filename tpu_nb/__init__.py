@@ -24,38 +24,56 @@ class TpuNbWarning(UserWarning):
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:
     """`%load_ext tpu_nb`: register the magics (imported only now)."""
-    from tpu_nb.magics import load
+    from tpu_nb.kernel.magics import load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython: InteractiveShell) -> None:
     """`%unload_ext tpu_nb`: remove what `load_ipython_extension` added."""
-    from tpu_nb.magics import unload
+    from tpu_nb.kernel.magics import unload
 
     unload(ipython)
 
 
 def launch(fn: Any, *args: Any, **options: Any) -> Any:
-    """Run `fn(*args)` on every XLA device; see `tpu_nb.launcher.launch`."""
-    from tpu_nb.launcher import launch as _launch
+    """Run `fn(*args)` on every XLA device; see `tpu_nb.kernel.launching.launch`."""
+    from tpu_nb.kernel.launching import launch as _launch
 
     return _launch(fn, *args, **options)
 
 
 def report(step: int | None = None, loss: Any = None, **metrics: Any) -> None:
-    """Send training progress from a worker; see `tpu_nb.progress.report`."""
-    from tpu_nb.progress.reporter import report as _report
+    """Send training progress from a worker; see `tpu_nb.workers.reporting.report`."""
+    from tpu_nb.workers.reporting import report as _report
 
     _report(step=step, loss=loss, **metrics)
 
 
-def __getattr__(name: str) -> Any:
-    # StopTraining lives with the launcher; imported on first use to keep `import tpu_nb` cheap.
-    if name == "StopTraining":
-        from tpu_nb.launcher.control import StopTraining
+def in_worker() -> bool:
+    """True inside a tpu_nb worker (a `%%tpu_train` cell, a function given to `launch`), False in the notebook."""
+    from tpu_nb.workers.reporting import in_worker as _in_worker
 
-        return StopTraining
+    return _in_worker()
+
+
+# Imported on first use, to keep `import tpu_nb` cheap: name -> module.
+_LAZY = {
+    "StopTraining": "tpu_nb.workers.reporting",
+    "BackgroundRun": "tpu_nb.kernel.background",
+    "LaunchRefused": "tpu_nb.kernel.errors",
+    "WorkerError": "tpu_nb.kernel.errors",
+    "WorkerDied": "tpu_nb.kernel.errors",
+    "TrainingInterrupted": "tpu_nb.kernel.errors",
+    "TrainingTimedOut": "tpu_nb.kernel.errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'tpu_nb' has no attribute {name!r}")
 
 

@@ -33,9 +33,7 @@ def browser() -> Iterator[Browser]:
 
     # The context manager stops playwright's driver process even when launch fails.
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS, timeout=60_000
-        )
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS, timeout=60_000)
         try:
             yield chromium
         finally:

@@ -83,9 +83,7 @@ def screenshot_whole_notebook(page: Page, panel: Locator, path: Path) -> None:
         viewport = page.viewport_size or {"width": 1400, "height": 1000}
         if missing <= 0 or viewport["height"] >= SCREENSHOT_MAX_HEIGHT:
             break
-        page.set_viewport_size(
-            {"width": viewport["width"], "height": min(viewport["height"] + missing, SCREENSHOT_MAX_HEIGHT)}
-        )
+        page.set_viewport_size({"width": viewport["width"], "height": min(viewport["height"] + missing, SCREENSHOT_MAX_HEIGHT)})
     path.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(path), full_page=True)
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import nbformat
 import pytest
-
 from support.processes import descendants, wait_until
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,10 +20,10 @@ import pytest
 
 pytest.importorskip("playwright.sync_api", reason="needs playwright: `pip install playwright` (never `playwright install`)")
 
-from classic_page import open_notebook, run_all_cells, save_notebook  # noqa: E402
-from dashboard_checks import assert_chart_drawn, assert_model_learned, assert_progress_finished  # noqa: E402
-from playwright.sync_api import Page, expect  # noqa: E402
-from servers import CHROMIUM, REPO, NotebookServer, start_classic_notebook, stop_server  # noqa: E402
+from classic_page import open_notebook, run_all_cells, save_notebook
+from dashboard_checks import assert_chart_drawn, assert_model_learned, assert_progress_finished
+from playwright.sync_api import Page, expect
+from servers import CHROMIUM, REPO, NotebookServer, start_classic_notebook, stop_server
 
 PYTHON = os.environ.get("TPU_NB_CLASSIC_NOTEBOOK_PYTHON")
 if not PYTHON:

@@ -16,10 +16,10 @@ pytest.importorskip(
 )
 pytest.importorskip("jupyterlab", reason="needs JupyterLab 4: `pip install 'jupyterlab>=4,<5'`")
 
-from servers import CHROMIUM, REPO, NotebookServer  # noqa: E402
-from dashboard_checks import assert_chart_drawn, assert_model_learned, assert_progress_finished  # noqa: E402
-from lab_page import open_notebook, run_all_cells, save_notebook, screenshot_whole_notebook  # noqa: E402
-from playwright.sync_api import Locator, Page, expect  # noqa: E402
+from dashboard_checks import assert_chart_drawn, assert_model_learned, assert_progress_finished
+from lab_page import open_notebook, run_all_cells, save_notebook, screenshot_whole_notebook
+from playwright.sync_api import Locator, Page, expect
+from servers import CHROMIUM, REPO, NotebookServer
 
 if not CHROMIUM.exists():
     pytest.skip(f"needs Chromium at {CHROMIUM}: `apt-get install chromium`", allow_module_level=True)

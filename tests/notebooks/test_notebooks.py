@@ -13,7 +13,6 @@ import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 from IPython.utils.capture import capture_output
 from nbclient import NotebookClient
-
 from support.kernel import text_of
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"

@@ -7,12 +7,12 @@ import os
 # Read when huggingface_hub is imported: without it every Hub lookup retries for ~23 s.
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-import shutil  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import shutil
+from pathlib import Path
+from typing import Any
 
-import pytest  # noqa: E402
-from recipes.recipe_support import save_tiny_bert  # noqa: E402
+import pytest
+from recipes.recipe_support import save_tiny_bert
 
 
 @pytest.fixture(scope="session")

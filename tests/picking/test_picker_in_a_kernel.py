@@ -23,7 +23,9 @@ from tpu_nb.recipes import TrainConfig, code_for
 @pytest.fixture
 def client(notebook_dir: Path) -> Iterator[BlockingKernelClient]:
     manager: KernelManager
-    manager, client = start_new_kernel(kernel_name="python3", env=dict(os.environ, PJRT_DEVICE="CPU", HF_HUB_OFFLINE="1"), cwd=str(notebook_dir))
+    manager, client = start_new_kernel(
+        kernel_name="python3", env=dict(os.environ, PJRT_DEVICE="CPU", HF_HUB_OFFLINE="1"), cwd=str(notebook_dir)
+    )
     try:
         yield client
     finally:
@@ -45,7 +47,8 @@ def execute(client: BlockingKernelClient, code: str) -> tuple[str, dict[str, Any
 
 def test_an_inserted_cell_arrives_with_the_next_run(client: BlockingKernelClient) -> None:
     text, _ = execute(
-        client, "from tpu_nb.picking import picker\np = picker()\np.fields['max_length'].value = 32\nprint(p.insert_button.model_id, p.problems)"
+        client,
+        "from tpu_nb.picking import picker\np = picker()\np.fields['max_length'].value = 32\nprint(p.insert_button.model_id, p.problems)",
     )
     model_id, problems = re.fullmatch(r"([0-9a-f]{32}) (.*)\n", text).groups()  # type: ignore[union-attr]
     assert problems == "[]"

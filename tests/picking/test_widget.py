@@ -73,7 +73,9 @@ def test_choosing_a_csv_fills_the_column_choosers(form: Picker) -> None:
     form.fields["label_column"].value = "review"
     assert [problem.field for problem in form.problems] == []  # 54 distinct short reviews still count as classes
     form.fields["text_column"].value = "stars"
-    assert plain(form.problems_html.value).endswith('text_column : "stars" does not hold text; the columns holding text are: review, sentiment.')
+    assert plain(form.problems_html.value).endswith(
+        'text_column : "stars" does not hold text; the columns holding text are: review, sentiment.'
+    )
 
 
 def test_preview_shows_steps_for_the_detected_cores(form: Picker, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,7 +84,9 @@ def test_preview_shows_steps_for_the_detected_cores(form: Picker, monkeypatch: p
     form.fields["per_core_batch_size"].value = 16
     form.preview_button.click()
     shown = plain(form.preview_area.value)
-    assert "4,000 training examples (4,000 rows); global batch 64 = 16 per core x 4 TPU cores: 62 steps per epoch , 62 steps in all." in shown
+    assert (
+        "4,000 training examples (4,000 rows); global batch 64 = 16 per core x 4 TPU cores: 62 steps per epoch , 62 steps in all." in shown
+    )
     assert "of the tokens at max_length 32 are padding" in shown
     assert re.search(r"negative [\d,]+ positive [\d,]+", shown)
     assert "[CLS]" in shown

@@ -7,10 +7,10 @@ import os
 # Read when huggingface_hub is imported: without it every Hub lookup retries for ~23 s.
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-from pathlib import Path  # noqa: E402
+from pathlib import Path
 
-import pytest  # noqa: E402
-from recipe_support import save_tiny_bert  # noqa: E402
+import pytest
+from recipe_support import save_tiny_bert
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,9 @@ def save_tiny_bert(directory: Path, max_positions: int = 64, seed: int = 0) -> P
     tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
     tokenizer.normalizer = normalizers.Lowercase()
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.train_from_iterator((text for text, _ in demo_examples(2000, seed=99)), trainers.WordLevelTrainer(special_tokens=list(SPECIAL_TOKENS)))
+    tokenizer.train_from_iterator(
+        (text for text, _ in demo_examples(2000, seed=99)), trainers.WordLevelTrainer(special_tokens=list(SPECIAL_TOKENS))
+    )
     cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]

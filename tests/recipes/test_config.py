@@ -40,7 +40,9 @@ EVERY_FIELD_CHANGED = TrainConfig(
 
 def test_the_example_changes_every_field() -> None:
     defaults = TrainConfig(model=EVERY_FIELD_CHANGED.model)
-    assert [field.name for field in fields(TrainConfig) if getattr(defaults, field.name) == getattr(EVERY_FIELD_CHANGED, field.name)] == ["model"]
+    assert [field.name for field in fields(TrainConfig) if getattr(defaults, field.name) == getattr(EVERY_FIELD_CHANGED, field.name)] == [
+        "model"
+    ]
 
 
 def test_defaults_classify_the_demo_dataset() -> None:

@@ -9,7 +9,14 @@ import pytest
 from transformers import AutoTokenizer
 
 from tpu_nb.recipes import TrainConfig
-from tpu_nb.recipes.data import DataSourceError, group_texts, load_splits, tokenize_for_classification, tokenize_for_language_modelling, usable_rows
+from tpu_nb.recipes.data import (
+    DataSourceError,
+    group_texts,
+    load_splits,
+    tokenize_for_classification,
+    tokenize_for_language_modelling,
+    usable_rows,
+)
 
 
 def test_the_demo_uses_its_validation_split() -> None:
@@ -80,6 +87,12 @@ def test_language_modelling_packs_texts_into_full_blocks(tiny_bert: Path) -> Non
 
 def test_group_texts_drops_the_remainder() -> None:
     packed = group_texts(
-        {"input_ids": [[1, 2, 3], [4, 5], [6, 7, 8, 9]], "attention_mask": [[1, 1, 1], [1, 1], [1, 1, 1, 1]]}, block_size=4, with_labels=True
+        {"input_ids": [[1, 2, 3], [4, 5], [6, 7, 8, 9]], "attention_mask": [[1, 1, 1], [1, 1], [1, 1, 1, 1]]},
+        block_size=4,
+        with_labels=True,
     )
-    assert packed == {"input_ids": [[1, 2, 3, 4], [5, 6, 7, 8]], "attention_mask": [[1] * 4, [1] * 4], "labels": [[1, 2, 3, 4], [5, 6, 7, 8]]}
+    assert packed == {
+        "input_ids": [[1, 2, 3, 4], [5, 6, 7, 8]],
+        "attention_mask": [[1] * 4, [1] * 4],
+        "labels": [[1, 2, 3, 4], [5, 6, 7, 8]],
+    }

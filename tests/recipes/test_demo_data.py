@@ -24,7 +24,9 @@ def test_negations_flip_the_adjective() -> None:
     examples = dict(demo_examples(4000))
     negated_negative = [text for text in examples if re.fullmatch(r"([\w ]+, )?the [\w ]+ was not (boring|dull|awful|bad)\.", text)]
     assert negated_negative and all(examples[text] == POSITIVE for text in negated_negative)
-    contrasts = [text for text in examples if re.fullmatch(r"([\w ]+, )?the [\w ]+ was (great|superb), but the [\w ]+ was (dull|awful)\.", text)]
+    contrasts = [
+        text for text in examples if re.fullmatch(r"([\w ]+, )?the [\w ]+ was (great|superb), but the [\w ]+ was (dull|awful)\.", text)
+    ]
     assert contrasts and all(examples[text] == NEGATIVE for text in contrasts)
 
 

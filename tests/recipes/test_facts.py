@@ -55,7 +55,8 @@ def test_columns_and_labels_of_a_csv_file(tiny_bert: Path, reviews: Path) -> Non
     found = by_field(TrainConfig(model=str(tiny_bert), dataset=str(reviews), label_column="stars", max_length=32))
     assert found["text_column"] == 'the dataset has no column "text"; its columns are: review, stars, sentiment.'
     assert re.match(
-        r'"stars" is not categorical: it holds fractional numbers such as 0\.\d+, and text classification needs classes', found["label_column"]
+        r'"stars" is not categorical: it holds fractional numbers such as 0\.\d+, and text classification needs classes',
+        found["label_column"],
     )
     good = TrainConfig(
         model=str(tiny_bert), dataset=str(reviews), text_column="review", label_column="sentiment", max_length=32, per_core_batch_size=4
@@ -68,12 +69,18 @@ def test_too_many_classes_in_a_csv_column(tiny_bert: Path, tmp_path: Path) -> No
     many.write_text("text,label\n" + "".join(f"row {index},{index}\n" for index in range(300)))
     facts = dataset_facts(TrainConfig(model=str(tiny_bert), dataset=str(many)))
     assert isinstance(facts, DatasetFacts) and facts.train_rows == 270  # 10% held out for evaluation
-    assert "has 270 distinct values (more than 100)" in by_field(TrainConfig(model=str(tiny_bert), dataset=str(many), max_length=32))["label_column"]
+    assert (
+        "has 270 distinct values (more than 100)"
+        in by_field(TrainConfig(model=str(tiny_bert), dataset=str(many), max_length=32))["label_column"]
+    )
 
 
 def test_a_missing_file_and_a_missing_model_directory(tmp_path: Path) -> None:
     found = by_field(TrainConfig(model=str(tmp_path / "nope"), dataset=str(tmp_path / "missing.csv")))
-    assert found["dataset"] == f'no file "{tmp_path / "missing.csv"}" on this machine; check the path, or use "demo" (built-in sentiment sentences).'
+    assert (
+        found["dataset"]
+        == f'no file "{tmp_path / "missing.csv"}" on this machine; check the path, or use "demo" (built-in sentiment sentences).'
+    )
     assert found["model"].startswith(f'no model directory "{tmp_path / "nope"}" on this machine')
 
 
@@ -92,8 +99,13 @@ def test_max_length_against_the_local_models_positions(tiny_bert: Path) -> None:
 
 
 def test_a_file_datasets_eval_split_must_be_a_file(tiny_bert: Path, reviews: Path) -> None:
-    found = by_field(TrainConfig(model=str(tiny_bert), dataset=str(reviews), text_column="review", label_column="sentiment", eval_split="validation"))
-    assert found["eval_split"] == f'cannot load "{reviews}": for a file dataset, eval_split must be another file (or None to hold out eval_fraction).'
+    found = by_field(
+        TrainConfig(model=str(tiny_bert), dataset=str(reviews), text_column="review", label_column="sentiment", eval_split="validation")
+    )
+    assert (
+        found["eval_split"]
+        == f'cannot load "{reviews}": for a file dataset, eval_split must be another file (or None to hold out eval_fraction).'
+    )
 
 
 def test_output_directory_problems(tmp_path: Path) -> None:

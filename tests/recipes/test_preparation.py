@@ -52,10 +52,16 @@ def test_every_problem_is_raised_together(tmp_path: Path) -> None:
 
 
 def test_evaluation_labels_must_be_known_from_training(tiny_bert: Path, tmp_path: Path) -> None:
-    (tmp_path / "train.csv").write_text("text,label\n" + "".join(f"the plot was great,{'a' if index % 2 else 'b'}\n" for index in range(40)))
+    (tmp_path / "train.csv").write_text(
+        "text,label\n" + "".join(f"the plot was great,{'a' if index % 2 else 'b'}\n" for index in range(40))
+    )
     (tmp_path / "eval.csv").write_text("text,label\n" + "the plot was dull,c\n" * 20)
     config = TrainConfig(
-        model=str(tiny_bert), dataset=str(tmp_path / "train.csv"), eval_split=str(tmp_path / "eval.csv"), max_length=16, per_core_batch_size=4
+        model=str(tiny_bert),
+        dataset=str(tmp_path / "train.csv"),
+        eval_split=str(tmp_path / "eval.csv"),
+        max_length=16,
+        per_core_batch_size=4,
     )
     with pytest.raises(InvalidConfig, match="eval_split: evaluation has labels the training rows never have: c;"):
         prepare(config)

@@ -33,7 +33,14 @@ class CompileProbe(TrainerCallback):  # type: ignore[misc]
         self.arguments: dict[str, Any] = {}
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        names = ("optim", "dataloader_drop_last", "dataloader_num_workers", "report_to", "eval_accumulation_steps", "per_device_train_batch_size")
+        names = (
+            "optim",
+            "dataloader_drop_last",
+            "dataloader_num_workers",
+            "report_to",
+            "eval_accumulation_steps",
+            "per_device_train_batch_size",
+        )
         self.arguments = {name: str(getattr(getattr(args, name), "value", getattr(args, name))) for name in names}
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -63,7 +70,7 @@ def sentiment_accuracy(model: Any, tokenizer: Any, rows: int = 64) -> float:
     classify = pipeline("text-classification", model=model, tokenizer=tokenizer)
     predicted = [prediction["label"] for prediction in classify(list(validation["text"]))]
     names = validation.features["label"].names
-    return sum(name == names[label] for name, label in zip(predicted, validation["label"])) / rows
+    return sum(name == names[label] for name, label in zip(predicted, validation["label"], strict=True)) / rows
 
 
 def test_classification_learns_on_xla_with_few_compilations(ip: InteractiveShell, tiny_bert: Path, tmp_path: Path) -> None:
@@ -120,4 +127,4 @@ def test_threads_sharing_a_process_train_their_own_copy(tiny_bert: Path) -> None
     copy = model_for_this_device(model, devices_in_process=2)  # TPU v2/v3: two device threads per process
     assert copy is not model
     assert all(torch.equal(tensor, model.state_dict()[name]) for name, tensor in copy.state_dict().items())
-    assert all(mine.data_ptr() != theirs.data_ptr() for mine, theirs in zip(copy.parameters(), model.parameters()))
+    assert all(mine.data_ptr() != theirs.data_ptr() for mine, theirs in zip(copy.parameters(), model.parameters(), strict=True))

@@ -47,7 +47,9 @@ def test_language_modelling_needs_no_label_column() -> None:
 
 
 def test_a_text_column_that_holds_no_text() -> None:
-    assert messages(CONFIG.replace(text_column="stars"), GOOD)["text_column"] == ('"stars" does not hold text; the columns holding text are: text.')
+    assert messages(CONFIG.replace(text_column="stars"), GOOD)["text_column"] == (
+        '"stars" does not hold text; the columns holding text are: text.'
+    )
 
 
 def test_fractional_labels_are_not_categorical() -> None:
@@ -99,7 +101,9 @@ def test_output_directory_not_writable() -> None:
 def test_model_not_found_offline_says_the_hub_is_unreachable_and_what_to_use() -> None:
     facts = Facts(model=NotFound("offline", "HF_HUB_OFFLINE=1 is set"), local_models=("/opt/minilm", "./tpu_nb_output"))
     message = messages(CONFIG.replace(model="bert-base-uncased"), facts)["model"]
-    assert message.startswith('"bert-base-uncased" is not on this machine and the Hugging Face Hub cannot be reached (HF_HUB_OFFLINE=1 is set).')
+    assert message.startswith(
+        '"bert-base-uncased" is not on this machine and the Hugging Face Hub cannot be reached (HF_HUB_OFFLINE=1 is set).'
+    )
     assert "give its local directory (with config.json and weights)" in message
     assert message.endswith("or use a model found on this machine: /opt/minilm, ./tpu_nb_output.")
 

@@ -179,9 +179,7 @@ def test_cpu_laptop(make_system: MakeSystem) -> None:
     ("accelerator_type", "generation"),
     [("v2-8", "v2"), ("v3-8", "v3"), ("v3-32", "v3"), ("something-else", "v2/v3")],
 )
-def test_accelerator_type_separates_v2_from_v3(
-    make_system: MakeSystem, accelerator_type: str, generation: str
-) -> None:
+def test_accelerator_type_separates_v2_from_v3(make_system: MakeSystem, accelerator_type: str, generation: str) -> None:
     info = detect(make_system("colab_v2_8", environ={"TPU_ACCELERATOR_TYPE": accelerator_type}))
 
     assert info.tpu is not None

@@ -23,9 +23,7 @@ def link(root: Path, relative: str, target: str) -> None:
 
 
 def view(root: Path, own_pid: int = 1) -> SystemView:
-    return SystemView(
-        environ={}, sys_root=root / "sys", dev_root=root / "dev", proc_root=root / "proc", modules={}, own_pid=own_pid
-    )
+    return SystemView(environ={}, sys_root=root / "sys", dev_root=root / "dev", proc_root=root / "proc", modules={}, own_pid=own_pid)
 
 
 def test_read_text_strips_and_returns_none_for_missing_files(tmp_path: Path) -> None:

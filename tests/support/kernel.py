@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import nbformat
 from nbclient import NotebookClient
-
 from support.processes import wait_until
 
 
@@ -92,5 +91,3 @@ def plain(text: str) -> str:
 
 def errors_of(cell: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
     return [output for output in cell.get("outputs", []) if output.output_type == "error"]
-
-

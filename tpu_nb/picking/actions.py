@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any
 
+from tpu_nb.kernel.frontend import in_notebook_kernel
 from tpu_nb.recipes.config import TrainConfig
 from tpu_nb.recipes.training import FineTuning, TrainingResult
 
@@ -23,7 +23,7 @@ def insert_cell(code: str, shell: Any) -> Insertion:
     if shell is None or not hasattr(shell, "set_next_input"):
         return Insertion(False, "Copy this cell into your notebook and run it:")
     shell.set_next_input(code, replace=False)
-    if not _is_kernel(shell):
+    if not in_notebook_kernel(shell):
         return Insertion(True, "The cell is at your next prompt (also below, to copy):")
     # Notebook frontends take the new cell from the reply to a cell's execution; a
     # button click is not one, so the cell arrives with the next cell that runs.
@@ -32,12 +32,6 @@ def insert_cell(code: str, shell: Any) -> Insertion:
         "The cell will appear below the next cell you run (frontends add cells when a run ends; "
         "VS Code does not add them at all). Or copy it from here:",
     )
-
-
-def _is_kernel(shell: Any) -> bool:
-    """A Jupyter kernel (Jupyter, Colab, Kaggle, VS Code) rather than terminal IPython."""
-    zmqshell = sys.modules.get("ipykernel.zmqshell")
-    return zmqshell is not None and isinstance(shell, zmqshell.ZMQInteractiveShell)
 
 
 @dataclass(frozen=True, slots=True)

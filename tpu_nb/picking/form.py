@@ -32,11 +32,8 @@ SUGGESTED_MODELS = {
 }
 SUGGESTED_DATASETS = (DEMO_DATASET, "stanfordnlp/imdb", "nyu-mll/glue", "Salesforce/wikitext")
 
-TASK_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
-    TEXT_CLASSIFICATION: {"max_length": 128, "per_core_batch_size": 16, "learning_rate": 5e-5, "epochs": 1.0, "warmup": 0.1},
-    MASKED_LM: {"max_length": 128, "per_core_batch_size": 16, "learning_rate": 5e-5, "epochs": 1.0, "warmup": 0.0},
-    CAUSAL_LM: {"max_length": 256, "per_core_batch_size": 8, "learning_rate": 5e-5, "epochs": 1.0, "warmup": 0.0},
-}
+# The hyperparameters whose defaults depend on the task: the form resets them when the task changes.
+PER_TASK_FIELDS = ("max_length", "per_core_batch_size", "learning_rate", "epochs", "warmup")
 
 _TEXT_NAMES = ("text", "sentence", "review", "content", "document", "prompt", "question")
 _LABEL_NAMES = ("label", "labels", "class", "category", "sentiment", "target")
@@ -45,7 +42,7 @@ _LABEL_NAMES = ("label", "labels", "class", "category", "sentiment", "target")
 def default_config(task: str, local_models: Iterable[str] = ()) -> TrainConfig:
     """The form's starting point for `task`: a model found on this machine if any (works offline), the demo data."""
     models = (*local_models, *SUGGESTED_MODELS.get(task, ()))
-    return TrainConfig(model=models[0] if models else "", task=task, **TASK_DEFAULTS.get(task, {}))
+    return TrainConfig.for_task(task, models[0] if models else "")
 
 
 def model_options(task: str, local_models: Iterable[str]) -> tuple[str, ...]:

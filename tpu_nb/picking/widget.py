@@ -14,7 +14,7 @@ from typing import Any
 import ipywidgets as widgets
 from IPython.display import display
 
-from tpu_nb.launcher.errors import TrainingInterrupted
+from tpu_nb.kernel.errors import TrainingInterrupted
 from tpu_nb.recipes.codegen import code_for
 from tpu_nb.recipes.config import TASKS, TrainConfig
 from tpu_nb.recipes.facts import gather_facts
@@ -26,8 +26,8 @@ from tpu_nb.runtime import detect
 
 from .actions import insert_cell, train_now
 from .form import (
+    PER_TASK_FIELDS,
     SUGGESTED_DATASETS,
-    TASK_DEFAULTS,
     config_from_form,
     data_files_in,
     default_config,
@@ -196,8 +196,12 @@ class Picker:
             "train_split": text("train_split", "Training split"),
             "eval_split": text("eval_split", "Evaluation split", "empty: 'validation' if any, else hold out"),
             "eval_fraction": number("eval_fraction", "Held-out share"),
-            "text_column": widgets.Dropdown(options=(config.text_column,), value=config.text_column, description="Text column", style=_STYLE),
-            "label_column": widgets.Dropdown(options=(config.label_column,), value=config.label_column, description="Label column", style=_STYLE),
+            "text_column": widgets.Dropdown(
+                options=(config.text_column,), value=config.text_column, description="Text column", style=_STYLE
+            ),
+            "label_column": widgets.Dropdown(
+                options=(config.label_column,), value=config.label_column, description="Label column", style=_STYLE
+            ),
             "max_length": integer("max_length", "Max length (tokens)"),
             "per_core_batch_size": integer("per_core_batch_size", "Batch per core"),
             "epochs": number("epochs", "Epochs"),
@@ -220,7 +224,9 @@ class Picker:
         fields = self.fields
         runtime = detect()
         pages = {
-            "Model and data": [fields[name] for name in ("task", "model", "dataset", "dataset_config", "train_split", "eval_split", "eval_fraction")]
+            "Model and data": [
+                fields[name] for name in ("task", "model", "dataset", "dataset_config", "train_split", "eval_split", "eval_fraction")
+            ]
             + [self.upload, fields["text_column"], fields["label_column"]],
             "Training": [
                 fields[name]
@@ -264,10 +270,11 @@ class Picker:
         try:
             model = self.fields["model"]
             model.options = model_options(task, self.local_models)
+            defaults = default_config(task, self.local_models)
             if model.value not in model.options:
-                model.value = default_config(task, self.local_models).model
-            for name, value in TASK_DEFAULTS[task].items():
-                self.fields[name].value = value
+                model.value = defaults.model
+            for name in PER_TASK_FIELDS:
+                self.fields[name].value = getattr(defaults, name)
         finally:
             self._refreshing = False
         self.refresh()

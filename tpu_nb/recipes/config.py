@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -18,6 +19,13 @@ CAUSAL_LM = "causal-lm"
 TASKS = (TEXT_CLASSIFICATION, MASKED_LM, CAUSAL_LM)
 
 DEMO_DATASET = "demo"
+
+# Where a task's defaults differ from TrainConfig's own (which suit text classification).
+TASK_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+    TEXT_CLASSIFICATION: {},
+    MASKED_LM: {"warmup": 0.0},
+    CAUSAL_LM: {"max_length": 256, "per_core_batch_size": 8, "warmup": 0.0},
+}
 
 
 class ConfigError(ValueError):
@@ -66,6 +74,11 @@ class TrainConfig:
     max_eval_samples: int | None = None
     output_dir: str = "tpu_nb_output"
     seed: int = 42
+
+    @classmethod
+    def for_task(cls, task: str, model: str) -> TrainConfig:
+        """The defaults for fine-tuning `model` on `task`."""
+        return cls(model=model, task=task, **TASK_DEFAULTS.get(task, {}))
 
     def replace(self, **changes: Any) -> TrainConfig:
         """A copy with some fields changed."""

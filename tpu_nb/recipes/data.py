@@ -90,7 +90,9 @@ def _load_all(config: TrainConfig) -> DatasetDict:
             if not looks_like_path(config.eval_split):
                 raise DataSourceError(
                     NotFound(
-                        "unreadable", "for a file dataset, eval_split must be another file (or None to hold out eval_fraction).", field="eval_split"
+                        "unreadable",
+                        "for a file dataset, eval_split must be another file (or None to hold out eval_fraction).",
+                        field="eval_split",
                     )
                 )
             eval_file = _existing_file(config.eval_split, "eval_split")
@@ -164,7 +166,9 @@ def usable_rows(rows: Dataset, config: TrainConfig) -> Dataset:
     )
 
 
-def tokenize_for_classification(rows: Dataset, tokenizer: PreTrainedTokenizerBase, config: TrainConfig, label_ids: dict[str, int]) -> Dataset:
+def tokenize_for_classification(
+    rows: Dataset, tokenizer: PreTrainedTokenizerBase, config: TrainConfig, label_ids: dict[str, int]
+) -> Dataset:
     """input_ids/attention_mask padded to exactly `max_length`, and integer `labels`."""
     from datasets import ClassLabel
 

@@ -60,7 +60,7 @@ def demo_dataset(seed: int = SEED) -> DatasetDict:
     features = Features({"text": Value("string"), "label": ClassLabel(names=list(LABELS))})
 
     def split(rows: int, split_seed: int) -> Dataset:
-        texts, labels = zip(*demo_examples(rows, split_seed))
+        texts, labels = zip(*demo_examples(rows, split_seed), strict=True)
         return Dataset.from_dict({"text": list(texts), "label": list(labels)}, features=features)
 
     # Different seeds per split: validation sentences are new draws, not a slice of training.

@@ -73,7 +73,9 @@ def batch_problems(config: TrainConfig, train: Dataset, evaluation: Dataset, dev
     if len(evaluation) < global_batch:
         field = "max_eval_samples" if config.max_eval_samples is not None else "eval_fraction"
         problems.append(
-            ConfigProblem(field, f"evaluation has {len(evaluation)} {unit}, fewer than {batch}; evaluate on more rows or lower per_core_batch_size.")
+            ConfigProblem(
+                field, f"evaluation has {len(evaluation)} {unit}, fewer than {batch}; evaluate on more rows or lower per_core_batch_size."
+            )
         )
     return problems
 

@@ -8,12 +8,14 @@ longer start workers.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import tpu_nb
+from tpu_nb.workers.trainer_hook import XLA_SAFE_OPTIM
 
 from .config import CAUSAL_LM, MASKED_LM, TEXT_CLASSIFICATION, TrainConfig
 
@@ -149,7 +151,7 @@ def training_arguments(config: TrainConfig) -> TrainingArguments:
 
     return TrainingArguments(
         output_dir=config.output_dir,
-        optim="adamw_torch",  # the default fused AdamW fails on XLA devices
+        optim=XLA_SAFE_OPTIM,
         per_device_train_batch_size=config.per_core_batch_size,
         per_device_eval_batch_size=config.per_core_batch_size,
         num_train_epochs=config.epochs,
@@ -211,10 +213,7 @@ def _devices_of_this_process() -> tuple[int, bool]:
 
 
 def _refuse_outside_workers() -> None:
-    # Every tpu_nb worker has imported the reporter module and installed its reporter; when
-    # the module is not even imported, this is not a worker (and need not pay for the import).
-    reporter = sys.modules.get("tpu_nb.progress.reporter")
-    if reporter is None or reporter.current() is None:
+    if not tpu_nb.in_worker():
         raise NotInWorker(
             "FineTuning.train() runs on the TPU cores: call it as tpu_nb.launch(fine_tuning.train) or inside a "
             "%%tpu_train cell. Run here, it would start the XLA runtime in the notebook, and then no TPU worker could start."

@@ -105,7 +105,9 @@ def _choice_problems(config: TrainConfig) -> list[ConfigProblem]:
         problems.append(ConfigProblem("task", f'unknown task "{config.task}"; use one of: {", ".join(TASKS)}.'))
     if not config.model.strip():
         problems.append(
-            ConfigProblem("model", 'choose a model: a Hugging Face Hub id such as "distilbert/distilbert-base-uncased", or a local model directory.')
+            ConfigProblem(
+                "model", 'choose a model: a Hugging Face Hub id such as "distilbert/distilbert-base-uncased", or a local model directory.'
+            )
         )
     if not config.dataset.strip():
         problems.append(ConfigProblem("dataset", 'choose a dataset: a Hub id, a local data file, or "demo" (built in).'))
@@ -138,12 +140,15 @@ def _number_problems(config: TrainConfig) -> list[ConfigProblem]:
         problems.append(ConfigProblem("weight_decay", f"must be 0 or more, e.g. 0.01, got {config.weight_decay}."))
     if config.task == MASKED_LM and not 0 < config.mlm_probability < 1:
         problems.append(
-            ConfigProblem("mlm_probability", f"must be between 0 and 1 (the share of tokens masked, usually 0.15), got {config.mlm_probability}.")
+            ConfigProblem(
+                "mlm_probability", f"must be between 0 and 1 (the share of tokens masked, usually 0.15), got {config.mlm_probability}."
+            )
         )
     if config.eval_split is None and not 0 < config.eval_fraction < 1:
         problems.append(
             ConfigProblem(
-                "eval_fraction", f"must be between 0 and 1 (the share of training rows held out for evaluation), got {config.eval_fraction}."
+                "eval_fraction",
+                f"must be between 0 and 1 (the share of training rows held out for evaluation), got {config.eval_fraction}.",
             )
         )
     for name in ("eval_steps", "save_steps", "max_train_samples", "max_eval_samples"):
@@ -168,7 +173,9 @@ def _dataset_problems(config: TrainConfig, facts: Facts) -> list[ConfigProblem]:
     problems += _column_problem(config, "text_column", config.text_column, dataset)
     if config.text_column in dataset.columns and config.text_column not in dataset.text_columns:
         strings = ", ".join(dataset.text_columns) or "none"
-        problems.append(ConfigProblem("text_column", f'"{config.text_column}" does not hold text; the columns holding text are: {strings}.'))
+        problems.append(
+            ConfigProblem("text_column", f'"{config.text_column}" does not hold text; the columns holding text are: {strings}.')
+        )
     if config.task == TEXT_CLASSIFICATION:
         problems += _column_problem(config, "label_column", config.label_column, dataset)
         if dataset.labels is not None:
@@ -269,6 +276,7 @@ def _model_not_found(config: TrainConfig, missing: NotFound, local_models: tuple
         )
     if missing.reason == "not_on_hub":
         return ConfigProblem(
-            "model", f'no model "{name}" on the Hugging Face Hub; check the spelling (ids look like "org/name"), or give a local model directory.'
+            "model",
+            f'no model "{name}" on the Hugging Face Hub; check the spelling (ids look like "org/name"), or give a local model directory.',
         )
     return ConfigProblem("model", f'cannot load "{name}": {missing.detail}')

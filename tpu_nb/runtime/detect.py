@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
 
-from .system import OpenedBy, PciDevice, SystemView
+from .system import OpenedBy, PciDevice, SystemView, xla_runtime_started
 
 # The newest torch_xla on PyPI; it is built against the torch of the same
 # version. tpu_nb's `xla` extra pins this pair for machines without a TPU.
@@ -23,7 +23,7 @@ PINNED_TORCH_XLA = "2.9.0"
 # The libtpu each torch_xla release line was built for (its `tpu` extra pins
 # it). Kaggle pins 0.0.17 for torch_xla 2.8 because newer ones fail with a
 # PJRT API mismatch; Colab ships 0.0.21.1 with torch_xla 2.9.
-LIBTPU_FOR_TORCH_XLA = {("2", "8"): "0.0.17", ("2", "9"): "0.0.21"}
+LIBTPU_FOR_TORCH_XLA: dict[tuple[str, ...], str] = {("2", "8"): "0.0.17", ("2", "9"): "0.0.21"}
 
 # Variables some platforms preset for a single-process topology; with them a
 # multi-process start fails ("Expected N worker addresses, got 1").
@@ -210,11 +210,7 @@ def detect(system: SystemView | None = None) -> RuntimeInfo:
 
 
 def _detect_tpu(system: SystemView, pci_devices: tuple[PciDevice, ...]) -> TpuInfo | None:
-    chip_ids = [
-        pci.device
-        for pci in pci_devices
-        if pci.vendor == GOOGLE_PCI_VENDOR and pci.device in TPU_GENERATION_BY_PCI_DEVICE
-    ]
+    chip_ids = [pci.device for pci in pci_devices if pci.vendor == GOOGLE_PCI_VENDOR and pci.device in TPU_GENERATION_BY_PCI_DEVICE]
     if not chip_ids:
         return None
     accelerator_type = system.environ.get("TPU_ACCELERATOR_TYPE") or None
@@ -225,9 +221,7 @@ def _detect_tpu(system: SystemView, pci_devices: tuple[PciDevice, ...]) -> TpuIn
         chips=len(chip_ids),
         devices_per_chip=2 if chip_id == TWO_DEVICE_CHIP else 1,
         device_nodes=tuple(
-            node
-            for node in system.device_nodes("accel*") + system.device_nodes("vfio/*")
-            if TPU_DEVICE_NODE.fullmatch(node)
+            node for node in system.device_nodes("accel*") + system.device_nodes("vfio/*") if TPU_DEVICE_NODE.fullmatch(node)
         ),
     )
 
@@ -244,9 +238,7 @@ def _tpu_generation(chip_id: str, accelerator_type: str | None) -> str:
 
 def _count_gpus(system: SystemView, pci_devices: tuple[PciDevice, ...]) -> int:
     on_pci = sum(
-        1
-        for pci in pci_devices
-        if pci.vendor == NVIDIA_PCI_VENDOR and pci.device_class.startswith(DISPLAY_CONTROLLER_CLASS_PREFIX)
+        1 for pci in pci_devices if pci.vendor == NVIDIA_PCI_VENDOR and pci.device_class.startswith(DISPLAY_CONTROLLER_CLASS_PREFIX)
     )
     # Containers often hide PCI but pass the driver's device nodes through.
     nodes = [node for node in system.device_nodes("nvidia*") if NVIDIA_GPU_NODE.fullmatch(node)]
@@ -337,11 +329,7 @@ def _major_minor(version: str) -> tuple[str, ...]:
 
 
 def _runtime_initialized(system: SystemView) -> Problem | None:
-    # Only look at torch_xla if the user already imported it; importing it
-    # here would make every worker and every `%tpu_info` pay for it.
-    torch_xla = system.modules.get("torch_xla")
-    is_initialized = getattr(getattr(torch_xla, "_XLAC", None), "_xla_runtime_is_initialized", None)
-    if not callable(is_initialized) or not is_initialized():
+    if not xla_runtime_started(system.modules):
         return None
     return Problem(
         RUNTIME_INITIALIZED,
@@ -452,8 +440,6 @@ def _no_tpu(tpu: TpuInfo | None, gpu_count: int) -> Problem | None:
     return Problem(
         NO_TPU,
         "info",
-        f"No TPU attached{gpus}: %%tpu_train runs on one XLA:CPU worker, "
-        "useful for trying code but slow for real training.",
-        "To train on a TPU, switch the notebook to a TPU runtime "
-        "(Colab: Runtime > Change runtime type; Kaggle: Settings > Accelerator).",
+        f"No TPU attached{gpus}: %%tpu_train runs on one XLA:CPU worker, useful for trying code but slow for real training.",
+        "To train on a TPU, switch the notebook to a TPU runtime (Colab: Runtime > Change runtime type; Kaggle: Settings > Accelerator).",
     )

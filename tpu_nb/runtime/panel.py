@@ -34,8 +34,7 @@ class RuntimePanel:
 
     def _repr_html_(self) -> str:
         rows = "".join(
-            f'<tr><th style="{_CELL_STYLE}">{html.escape(label)}</th>'
-            f'<td style="{_CELL_STYLE}">{html.escape(value)}</td></tr>'
+            f'<tr><th style="{_CELL_STYLE}">{html.escape(label)}</th><td style="{_CELL_STYLE}">{html.escape(value)}</td></tr>'
             for label, value in self._rows()
         )
         problems = "".join(_problem_html(problem) for problem in self.info.problems)

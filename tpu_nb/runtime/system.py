@@ -25,6 +25,16 @@ def installed_version(distribution: str) -> str | None:
         return None
 
 
+def xla_runtime_started(modules: Mapping[str, object]) -> bool:
+    """Whether this process has used an XLA device (torch_xla is asked only if `modules` holds it).
+
+    Importing torch_xla here would cost every caller its import time.
+    """
+    torch_xla = modules.get("torch_xla")
+    is_initialized = getattr(getattr(torch_xla, "_XLAC", None), "_xla_runtime_is_initialized", None)
+    return callable(is_initialized) and bool(is_initialized())
+
+
 class PciDevice(NamedTuple):
     """IDs of one PCI device as sysfs spells them, e.g. ("0x1ae0", "0x0063", "0x120000")."""
 

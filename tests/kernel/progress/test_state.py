@@ -1,0 +1,319 @@
+from __future__ import annotations
+
+import pytest
+from support.clock import FakeClock
+
+from tpu_nb.kernel.progress.state import (
+    ONE_OFF_GRACE_STEPS,
+    RATE_WINDOW_SECONDS,
+    WARMUP_STEPS,
+    ProgressState,
+)
+from tpu_nb.kernel.status import RUN_STATUSES
+from tpu_nb.wire.events import (
+    Heartbeat,
+    Notice,
+    Output,
+    Progress,
+    WorkerFinished,
+    WorkerRaised,
+    WorkerStarted,
+)
+
+RANKS = (0, 1)
+
+
+@pytest.fixture
+def progress(clock: FakeClock) -> ProgressState:
+    return ProgressState("%%tpu_train", "Kaggle TPU v5e-8", expected_workers=len(RANKS), clock=clock)
+
+
+def start(progress: ProgressState, compile_count: int = 0) -> None:
+    for rank in RANKS:
+        progress.on_event(WorkerStarted(rank, len(RANKS), 100 + rank, f"xla:{rank}"))
+    for rank in RANKS:
+        progress.on_event(Heartbeat(rank, 0, "train", compile_count, 0.0))
+
+
+def train_step(
+    progress: ProgressState,
+    clock: FakeClock,
+    step: int,
+    compile_count: int,
+    metrics: dict[str, float] | None = None,
+    seconds: float = 0.5,
+) -> None:
+    """One training step: rank 0's Progress, then every rank's heartbeat."""
+    clock.advance(seconds)
+    progress.on_event(Progress(0, step, metrics or {}, max_steps=200, epoch=step / 50, phase="train", samples_per_step=64))
+    for rank in RANKS:
+        progress.on_event(Heartbeat(rank, step, "train", compile_count, 2.0 * compile_count))
+
+
+def evaluate(progress: ProgressState, clock: FakeClock, step: int, compile_count: int) -> None:
+    """A Trainer evaluation at `step` that compiles its own graphs."""
+    clock.advance(2.0)
+    progress.on_event(Progress(0, step, {}, phase="eval"))
+    for rank in RANKS:
+        progress.on_event(Heartbeat(rank, step, "eval", compile_count, 2.0 * compile_count))
+    clock.advance(2.0)
+    metrics = {"eval_loss": 0.5, "eval_accuracy": 0.8, "eval_runtime": 4.0, "eval_samples_per_second": 99.0}
+    progress.on_event(Progress(0, step, metrics, epoch=step / 50, phase="eval"))
+
+
+def test_phases_follow_the_run(progress: ProgressState, clock: FakeClock) -> None:
+    assert progress.snapshot().phase == "starting"
+    progress.on_event(WorkerStarted(0, 2, 100, "xla:0"))
+    assert progress.snapshot().phase == "compiling"
+    progress.on_event(Heartbeat(0, 0, "train", 1, 30.0))  # still compiling the first step
+    assert progress.snapshot().phase == "compiling"
+    train_step(progress, clock, 1, 2)
+    assert progress.snapshot().phase == "training"
+    clock.advance(1.0)
+    progress.on_event(Progress(0, 1, {}, phase="eval"))
+    assert progress.snapshot().phase == "evaluating"
+    train_step(progress, clock, 2, 2)
+    assert progress.snapshot().phase == "training"
+    progress.finish("done")
+    assert progress.snapshot().phase == "done"
+    assert progress.snapshot().finished
+
+
+def test_step_rates_and_eta_come_from_recent_steps(progress: ProgressState, clock: FakeClock) -> None:
+    start(progress)
+    clock.advance(90.0)  # the first compilation must not drag the rate down
+    for step in range(1, 21):  # slow steps first: 1 step/s ...
+        train_step(progress, clock, step, 3, seconds=1.0)
+    for step in range(21, 121):  # ... then 4 steps/s, for longer than the window
+        train_step(progress, clock, step, 3, seconds=0.25)
+
+    snapshot = progress.snapshot()
+    assert RATE_WINDOW_SECONDS < 100 * 0.25
+    assert snapshot.step == 120
+    assert snapshot.max_steps == 200
+    assert snapshot.epoch == pytest.approx(2.4)
+    assert snapshot.steps_per_second == pytest.approx(4.0)
+    assert snapshot.samples_per_second == pytest.approx(4.0 * 64)
+    assert snapshot.eta == pytest.approx(80 / 4.0)
+    assert snapshot.fraction_done == pytest.approx(0.6)
+
+
+def test_rate_is_unknown_until_two_steps_and_elapsed_counts_from_creation(progress: ProgressState, clock: FakeClock) -> None:
+    start(progress)
+    clock.advance(60.0)
+    train_step(progress, clock, 1, 3)
+    snapshot = progress.snapshot()
+    assert snapshot.steps_per_second is None
+    assert snapshot.eta is None
+    assert snapshot.elapsed == pytest.approx(60.5)
+
+
+def test_sparse_steps_still_give_a_rate(progress: ProgressState, clock: FakeClock) -> None:
+    start(progress)
+    for step in range(1, 5):
+        train_step(progress, clock, step, 3, seconds=RATE_WINDOW_SECONDS * 1.5)
+    assert progress.snapshot().steps_per_second == pytest.approx(1 / (RATE_WINDOW_SECONDS * 1.5))
+
+
+def test_metric_rows_are_trainer_style(progress: ProgressState, clock: FakeClock) -> None:
+    start(progress)
+    for step in range(1, 21):
+        metrics = {"loss": 2.0 / step, "learning_rate": 1e-4, "grad_norm": 1.5, "epoch": step / 50} if step % 10 == 0 else {}
+        train_step(progress, clock, step, 3, metrics)
+    evaluate(progress, clock, 20, 5)
+    evaluate(progress, clock, 20, 5)  # the same values again: no new row
+    clock.advance(1.0)
+    progress.on_event(Progress(0, 20, {"train_loss": 0.3, "train_runtime": 12.0, "total_flos": 1e12}))
+
+    snapshot = progress.snapshot()
+    assert [row.step for row in snapshot.history] == [10, 20]
+    assert dict(snapshot.history[0].values) == {"loss": 0.2, "learning_rate": 1e-4, "grad_norm": 1.5}
+    # Training and evaluation logs of one step share a row; bookkeeping is left out.
+    assert dict(snapshot.history[1].values) == {
+        "loss": 0.1,
+        "learning_rate": 1e-4,
+        "grad_norm": 1.5,
+        "eval_loss": 0.5,
+        "eval_accuracy": 0.8,
+        "train_loss": 0.3,
+    }
+    assert snapshot.metric_names == ("loss", "learning_rate", "grad_norm", "eval_loss", "eval_accuracy", "train_loss")
+    assert snapshot.latest["loss"] == 0.1
+    assert snapshot.latest["eval_accuracy"] == 0.8
+
+
+def test_malformed_metric_values_are_dropped(progress: ProgressState, clock: FakeClock) -> None:
+    start(progress)
+    train_step(progress, clock, 1, 3, {"loss": 0.5, "note": "text", "flag": True})  # type: ignore[dict-item]
+    assert dict(progress.snapshot().history[0].values) == {"loss": 0.5}
+
+
+def test_static_shapes_do_not_warn(progress: ProgressState, clock: FakeClock) -> None:
+    """Warm-up, evaluations and the first logged loss all compile new graphs once."""
+    start(progress, compile_count=0)
+    clock.advance(60.0)
+    counts = {1: 2, 2: 3, 3: 4}  # forward+backward, then the steady-state step, then the scheduler
+    compile_count = 0
+    for step in range(1, 101):
+        compile_count = counts.get(step, compile_count)
+        if step == 12:
+            compile_count += 2  # the step after the first logged loss (step 10) resets the accumulator
+        if step in (31, 32):
+            compile_count += 1  # right after the first evaluation
+        train_step(progress, clock, step, compile_count, {"loss": 1.0 / step} if step % 10 == 0 else None)
+        if step % 30 == 0:
+            if step == 30:
+                compile_count += 3  # evaluation graphs, compiled once
+            evaluate(progress, clock, step, compile_count)
+
+    snapshot = progress.snapshot()
+    assert snapshot.warmed_up
+    assert snapshot.compile_count == compile_count == 11
+    assert snapshot.recompilation is None
+    progress.finish("done")
+    assert progress.snapshot().recompilation is None
+
+
+def test_compilations_while_workers_say_eval_are_expected(progress: ProgressState, clock: FakeClock) -> None:
+    """A loop that only tells its heartbeats it is evaluating (no eval metrics reported)."""
+    start(progress)
+    for step in range(1, 21):
+        train_step(progress, clock, step, 3)
+    for compile_count in (4, 5, 6):  # each eval batch shape compiles once
+        clock.advance(1.0)
+        for rank in RANKS:
+            progress.on_event(Heartbeat(rank, 20, "eval", compile_count, 2.0 * compile_count))
+    for step in range(21, 31):
+        train_step(progress, clock, step, 7)  # the first step after it compiles once more
+    assert progress.snapshot().recompilation is None
+
+
+def test_growing_compilations_after_warmup_warn(progress: ProgressState, clock: FakeClock) -> None:
+    start(progress)
+    for step in range(1, WARMUP_STEPS + 1):
+        train_step(progress, clock, step, 3)
+    assert progress.snapshot().warmed_up
+    for step, compile_count in zip(range(6, 20), [4, 5, 5, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7], strict=True):
+        train_step(progress, clock, step, compile_count)
+
+    warning = progress.snapshot().recompilation
+    assert warning is not None
+    assert (warning.count, warning.since_step, warning.ranks) == (4, 6, (0, 1))
+    assert "4 XLA recompilations after warm-up since step 6" in warning.text
+    assert "padding='max_length'" in warning.text
+    assert "dataloader_drop_last=True" in warning.text
+
+
+def test_one_recompiling_rank_is_named(progress: ProgressState, clock: FakeClock) -> None:
+    start(progress)
+    for step in range(1, 20):
+        train_step(progress, clock, step, 3)
+        if step == 9:
+            progress.on_event(Heartbeat(1, 9, "train", 4, 8.0))
+
+    warning = progress.snapshot().recompilation
+    assert warning is not None
+    assert (warning.count, warning.since_step, warning.ranks) == (1, 9, (1,))
+    assert "1 XLA recompilation after warm-up since step 9 (rank 1)" in warning.text
+
+
+def test_ranks_that_never_report_are_still_watched(progress: ProgressState, clock: FakeClock) -> None:
+    """A loop that calls report() on rank 0 only: rank 1's heartbeats say "starting", with no step."""
+    start(progress)
+    for step in range(1, 30):
+        clock.advance(0.5)
+        progress.on_event(Progress(0, step, {"loss": 1.0}, max_steps=200, phase="train"))
+        progress.on_event(Heartbeat(0, step, "train", 3, 6.0))
+        progress.on_event(Heartbeat(1, None, "starting", 3 if step < 10 else step - 6, 6.0))
+
+    warning = progress.snapshot().recompilation
+    assert warning is not None
+    assert (warning.count, warning.since_step, warning.ranks) == (16, 10, (1,))  # steps 10-25 are judged by step 29
+
+
+def test_recompilation_is_judged_only_a_few_steps_later(progress: ProgressState, clock: FakeClock) -> None:
+    """An evaluation rank 0 reports after another rank's heartbeat still excuses its compilations."""
+    start(progress)
+    for step in range(1, 40):
+        train_step(progress, clock, step, 3)
+    # A short evaluation at step 40: rank 1's heartbeat (phase train again) arrives before rank 0's report.
+    progress.on_event(Heartbeat(1, 40, "train", 6, 12.0))
+    assert progress.snapshot().recompilation is None
+    progress.on_event(Progress(0, 40, {"eval_loss": 0.4}))
+    progress.on_event(Heartbeat(0, 40, "train", 6, 12.0))
+    for step in range(41, 41 + ONE_OFF_GRACE_STEPS + 5):
+        train_step(progress, clock, step, 6)
+    assert progress.snapshot().recompilation is None
+
+
+def test_compilations_in_the_last_steps_are_not_judged(progress: ProgressState, clock: FakeClock) -> None:
+    """Trainer's final logging and saving compile once at the end: not a shape problem."""
+    start(progress)
+    for step in range(1, 31):
+        train_step(progress, clock, step, 3)
+    train_step(progress, clock, 30, 5)
+    progress.finish("done")
+    assert progress.snapshot().recompilation is None
+
+
+def test_workers_last_heard_and_stale(progress: ProgressState, clock: FakeClock) -> None:
+    start(progress)
+    train_step(progress, clock, 1, 2)
+    clock.advance(20.0)
+    progress.on_event(Heartbeat(0, 2, "train", 2, 4.0))
+    progress.on_event(WorkerFinished(0))
+    clock.advance(15.0)
+
+    worker0, worker1 = progress.snapshot().workers
+    assert (worker0.rank, worker0.device, worker0.step, worker0.phase) == (0, "xla:0", 2, "finished")
+    assert worker0.seconds_since_heard == pytest.approx(15.0)
+    assert not worker0.stale  # finished workers are quiet on purpose
+    assert (worker1.rank, worker1.step, worker1.phase, worker1.compile_count, worker1.compile_seconds) == (1, 1, "train", 2, 4.0)
+    assert worker1.seconds_since_heard == pytest.approx(35.0)
+    assert worker1.stale
+
+    progress.on_event(Output(1, "stdout", "still here\n"))
+    assert progress.snapshot().workers[1].seconds_since_heard == 0.0
+
+
+def test_failures_and_notices(progress: ProgressState, clock: FakeClock) -> None:
+    start(progress)
+    text = "Trainer: optim adamw_torch_fused -> adamw_torch (fused AdamW fails on XLA)"
+    for rank in RANKS:
+        progress.on_event(Notice(rank, text))
+    progress.on_event(Notice(0, "second"))
+    progress.on_event(WorkerRaised(1, "RuntimeError: boom"))
+    progress.on_event(Heartbeat(1, 3, "train", 3, 6.0))  # trailing heartbeat
+
+    snapshot = progress.snapshot()
+    assert snapshot.notices == (text, "second")
+    assert snapshot.failures == ("rank 1: RuntimeError: boom",)
+    assert snapshot.workers[1].phase == "failed"
+
+
+@pytest.mark.parametrize("status", RUN_STATUSES)
+def test_finish_freezes_the_run(progress: ProgressState, clock: FakeClock, status: str) -> None:
+    start(progress)
+    for step in range(1, 11):
+        train_step(progress, clock, step, 3)
+    progress.finish(status, "detail text")  # type: ignore[arg-type]
+    clock.advance(100.0)
+    train_step(progress, clock, 11, 3)  # a straggling event changes nothing
+
+    snapshot = progress.snapshot()
+    assert (snapshot.phase, snapshot.detail, snapshot.step) == (status, "detail text", 10)
+    assert snapshot.finished
+    assert snapshot.eta is None
+    assert snapshot.elapsed == pytest.approx(5.0)
+    assert snapshot.workers[0].seconds_since_heard == 0.0
+
+
+def test_finish_rejects_an_unknown_status(progress: ProgressState) -> None:
+    with pytest.raises(ValueError, match="status must be one of"):
+        progress.finish("crashed")  # type: ignore[arg-type]
+
+
+def test_world_size_from_the_workers_wins(clock: FakeClock) -> None:
+    progress = ProgressState("t", "r", expected_workers=8, clock=clock)
+    progress.on_event(WorkerStarted(0, 4, 100, "xla:0"))
+    assert progress.snapshot().expected_workers == 4

@@ -1,0 +1,152 @@
+"""%tpu_info and %%tpu_train in a real IPython InteractiveShell (workers on XLA:CPU)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+from support.kernel import plain
+from support.tracebacks import arrow_line, cell_frame_header
+
+from tpu_nb.kernel.errors import WorkerError
+
+
+def run(shell: InteractiveShell, cell: str):  # type: ignore[no-untyped-def]
+    with capture_output() as captured:
+        result = shell.run_cell(cell)
+    return result, captured
+
+
+def test_import_tpu_nb_is_cheap() -> None:
+    script = "import sys, tpu_nb; print(json.dumps(sorted(m for m in ('IPython', 'ipywidgets', 'torch', 'torch_xla', 'transformers') if m in sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", "import json; " + script], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == []
+
+
+def test_unload_removes_the_magics(ip: InteractiveShell) -> None:
+    assert "tpu_train" in ip.magics_manager.magics["cell"]
+    ip.run_line_magic("unload_ext", "tpu_nb")
+    assert "tpu_train" not in ip.magics_manager.magics["cell"]
+    assert "tpu_info" not in ip.magics_manager.magics["line"]
+    ip.run_line_magic("load_ext", "tpu_nb")
+
+
+def test_tpu_info_reports_this_machine_without_starting_xla(ip: InteractiveShell) -> None:
+    result, captured = run(ip, "%tpu_info")
+    assert result.success
+    [output] = captured.outputs
+    text = output.data["text/plain"]
+    assert "CPU" in text and "1 worker" in text
+    assert "<table" in output.data["text/html"]
+    torch_xla = sys.modules.get("torch_xla")
+    assert torch_xla is None or not torch_xla._XLAC._xla_runtime_is_initialized()
+    result, _ = run(ip, "%%tpu_train\nimport torch\n(torch.ones(2, device=device) + 1).sum().item()")
+    assert result.result == 4.0
+
+
+TINY_BERT = """
+import torch
+from transformers import BertConfig, BertForSequenceClassification
+torch.manual_seed(0)
+config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=64, max_position_embeddings=32, num_labels=2)
+model = BertForSequenceClassification(config)
+before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+ids = torch.randint(0, 64, (64, 16))
+labels = (ids[:, 0] > 32).long()
+"""
+
+TRAIN = """%%tpu_train --return model rank0_weights losses
+import torch_xla.core.xla_model as xm
+model.to(device).train()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+losses = []
+for step in range(6):
+    batch = slice(step * 8, step * 8 + 8)
+    loss = model(input_ids=ids[batch].to(device), labels=labels[batch].to(device)).loss
+    loss.backward()
+    xm.optimizer_step(optimizer)
+    optimizer.zero_grad()
+    xm.mark_step()  # cut the graph each step, or it grows and recompiles forever
+    losses.append(loss.item())
+    print(f"step {step} loss {losses[-1]:.3f}")
+rank0_weights = {name: tensor.cpu() for name, tensor in model.state_dict().items()}
+len(losses)
+"""
+
+
+def test_training_a_tiny_transformer_updates_the_notebook_model_in_place(ip: InteractiveShell) -> None:
+    assert ip.run_cell(TINY_BERT).success
+    notebook_model = ip.user_ns["model"]
+    result, captured = run(ip, TRAIN)
+    assert result.success, captured.stdout + captured.stderr
+    assert result.result == 6
+    assert "step 5 loss" in captured.stdout
+    assert "updated `model` in place" in captured.stdout
+    assert ip.user_ns["model"] is notebook_model
+    assert len(ip.user_ns["losses"]) == 6
+    after = notebook_model.state_dict()
+    before, rank0 = ip.user_ns["before"], ip.user_ns["rank0_weights"]
+    assert any(not torch.equal(before[name], after[name]) for name in after)
+    assert all(torch.equal(rank0[name], after[name]) for name in after)
+    assert next(notebook_model.parameters()).device.type == "cpu"
+
+
+def test_a_worker_exception_points_into_the_cell(ip: InteractiveShell) -> None:
+    result, _ = run(ip, "%%tpu_train\nx = 1\ny = 0\nz = x / y\n")
+    assert isinstance(result.error_in_exec, WorkerError)
+    assert result.error_in_exec.rank == 0
+    rendered = plain("\n".join(result.error_in_exec._render_traceback_()))
+    assert cell_frame_header(ip.execution_count, 4).search(rendered), rendered
+    assert arrow_line(4, "z = x / y").search(rendered), rendered
+    assert "ZeroDivisionError: division by zero" in rendered
+    assert "rank 0 of 1" in rendered
+
+
+def test_missing_return_names_are_a_usage_error(ip: InteractiveShell) -> None:
+    result, _ = run(ip, "%%tpu_train --return found missing\nfound = 41 + 1\n")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "--return missing: the cell did not define `missing` on rank 0" in str(result.error_in_exec)
+    assert ip.user_ns["found"] == 42
+
+
+def test_a_value_that_cannot_come_back_is_shown_as_text(ip: InteractiveShell) -> None:
+    result, _ = run(ip, "%%tpu_train\n(n for n in range(3))")
+    assert result.success
+    assert "generator" in repr(result.result) and "could not be sent back" in repr(result.result)
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("--cores two", "invalid int value"),
+        ("--frobnicate", "unrecognized arguments"),
+        ("--cores 0", "cores=0: give a positive number"),
+        ("--timeout -5", "timeout=-5.0: give a positive number"),
+        ("--stop-grace 0", "stop_grace=0.0: give a positive number of seconds"),
+        ("--background --name 1st", "--name 1st: give a Python identifier"),
+    ],
+)
+def test_bad_options_are_usage_errors_that_start_nothing(ip: InteractiveShell, line: str, message: str) -> None:
+    result, _ = run(ip, f"%%tpu_train {line}\nprint('ran')\n")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert message in str(result.error_in_exec)
+
+
+def test_a_syntax_error_starts_nothing(ip: InteractiveShell) -> None:
+    result, captured = run(ip, "%%tpu_train\nprint('ran')\ndef broken(:\n")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "syntax error (line 3)" in str(result.error_in_exec)
+    assert "ran" not in captured.stdout
+
+
+def test_help_documents_the_options(ip: InteractiveShell) -> None:
+    doc = ip.magics_manager.magics["cell"]["tpu_train"].__doc__
+    for option in ("--cores", "--timeout", "--return", "--all-ranks-output", "--no-progress"):
+        assert option in doc

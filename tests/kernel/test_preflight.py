@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from support.platforms import MakeSystem
+
+from tpu_nb.kernel.errors import LaunchRefused
+from tpu_nb.kernel.options import LaunchOptions
+from tpu_nb.kernel.preflight import check_can_launch
+from tpu_nb.runtime import detect
+
+
+def test_a_ready_runtime_gets_its_worker_environment(make_system: MakeSystem) -> None:
+    environment = check_can_launch(detect(make_system("cpu_laptop")), LaunchOptions(), running=None)
+    assert environment.set["PJRT_DEVICE"] == "CPU"
+
+
+def test_a_running_launch_is_named(make_system: MakeSystem) -> None:
+    with pytest.raises(LaunchRefused, match="a %%tpu_train cell is still running in this kernel") as refused:
+        check_can_launch(detect(make_system("cpu_laptop")), LaunchOptions(), running="a %%tpu_train cell")
+    assert "interrupt its cell, or call .stop() or .kill()" in str(refused.value)
+
+
+def test_missing_torch_xla_gives_the_install_command(make_system: MakeSystem) -> None:
+    info = detect(make_system("cpu_laptop", packages={"torch_xla": None}))
+    with pytest.raises(LaunchRefused) as refused:
+        check_can_launch(info, LaunchOptions(), running=None)
+    assert "Fix: pip install 'tpu_nb[xla]'" in str(refused.value)
+
+
+def test_mismatched_versions_are_refused(make_system: MakeSystem) -> None:
+    info = detect(make_system("cpu_laptop", packages={"torch": "2.8.0"}))
+    with pytest.raises(LaunchRefused, match="2.8.0"):
+        check_can_launch(info, LaunchOptions(), running=None)
+
+
+def test_every_problem_is_listed_at_once(make_system: MakeSystem) -> None:
+    info = detect(make_system("cpu_laptop", packages={"torch_xla": None}))
+    with pytest.raises(LaunchRefused) as refused:
+        check_can_launch(info, LaunchOptions(cores=0, timeout=0), running="tpu_nb.launch(train)")
+    lines = [line for line in str(refused.value).splitlines() if line.startswith("- ")]
+    assert len(lines) == 4
+
+
+def test_runtime_initialised_in_this_process_is_refused_for_real() -> None:
+    """An XLA tensor made in the 'kernel' itself: the launch must refuse, not fork."""
+    script = textwrap.dedent(
+        """
+        import os, torch, torch_xla
+        os.environ["PJRT_DEVICE"] = "CPU"
+        torch.ones(1, device=torch_xla.device()) + 1
+        import tpu_nb
+        from tpu_nb.kernel.errors import LaunchRefused
+        try:
+            tpu_nb.launch(print, "never")
+        except LaunchRefused as error:
+            print("REFUSED", error)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert "REFUSED" in done.stdout, done.stderr
+    assert "restart" in done.stdout.lower()
+    assert "never" not in done.stdout.replace("tpu_nb.launch", "")

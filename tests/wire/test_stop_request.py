@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import os
+
+from tpu_nb.wire.stop_request import StopRequest
+
+
+def test_nothing_stops_until_a_stop_is_requested() -> None:
+    control = StopRequest(ranks=2)
+    assert not control.should_stop(0, 5)
+    assert control.stop_step is None
+
+
+def test_every_rank_stops_after_the_step_past_the_furthest_one() -> None:
+    control = StopRequest(ranks=2)
+    control.should_stop(0, 7)
+    control.should_stop(1, 8)  # rank 1 is one step ahead
+    control.request()
+    assert not control.should_stop(0, 8)
+    assert control.stop_step == 9
+    assert control.should_stop(1, 9)
+    assert control.should_stop(0, 9)
+
+
+def test_the_request_reaches_a_forked_worker() -> None:
+    control = StopRequest(ranks=1)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        step = 0
+        while not control.should_stop(0, step):
+            step += 1
+        os.write(write_fd, str(step).encode())
+        os._exit(0)
+    control.request()
+    os.waitpid(pid, 0)
+    stopped_at = int(os.read(read_fd, 100))
+    assert stopped_at == control.stop_step

@@ -1,0 +1,161 @@
+"""Background runs: the workers train while the notebook stays free.
+
+`start_in_background` is the one way `%%tpu_train --background` and
+`tpu_nb.launch(background=True)` start: both get the dashboard, the Stop and
+Kill buttons with an output area under it (in a notebook kernel), and a
+`BackgroundRun` handle. A helper thread follows the run; the handle only
+asks the run to stop and reads what the thread left, so it is safe from any
+thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from tpu_nb.wire.events import Event, Progress
+from tpu_nb.workers.programs import Program
+
+from .endings import Ending
+from .frontend import in_notebook_kernel
+from .options import LaunchOptions
+from .output import Write, write_to_sys
+from .runs import Run
+from .status import HandleStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Handback:
+    """What a finished background run gives its caller: a value, the `--return` values, a problem to raise."""
+
+    value: Any = None
+    returned: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    problem: BaseException | None = None
+
+
+Finish = Callable[[Ending, Write], Handback]
+"""Turns a run that came back (status done or stopped) into its handback; writes notes with Write."""
+
+
+class MetricsLog:
+    """Every metric rank 0 reported, as rows of {"step": ..., name: value}."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, Progress) and event.metrics:
+            row: dict[str, Any] = {"step": event.step}
+            if event.epoch is not None:
+                row["epoch"] = event.epoch
+            row.update(event.metrics)
+            self.rows.append(row)
+
+
+def start_in_background(program: Program, options: LaunchOptions, name: str, finish: Finish) -> BackgroundRun:
+    """Start a run (its checks first: `LaunchRefused` starts nothing) and return its handle at once."""
+    buttons = None
+    if in_notebook_kernel():
+        from .stop_buttons import StopButtons  # imports ipywidgets: only where widgets show
+
+        buttons = StopButtons()
+    write = write_to_sys if buttons is None else buttons.write
+    metrics = MetricsLog()
+    run = Run(program, options, f"background run `{name}`", [metrics], write)
+    handle = BackgroundRun(run, metrics, name, finish, write)
+    handle.run.start()
+    if buttons is not None:
+        buttons.show(handle.stop, handle.kill)
+    handle.follow(on_end=None if buttons is None else buttons.disable)
+    return handle
+
+
+class BackgroundRun:
+    """The handle of a background run: status, wait, stop, kill, metrics, result, returned."""
+
+    def __init__(self, run: Run, metrics: MetricsLog, name: str, finish: Finish, write: Write) -> None:
+        self.run = run
+        self.name = name
+        self._metrics = metrics
+        self._finish = finish
+        self._write = write
+        self._ending: Ending | None = None
+        self._handback = Handback()
+        self._error: BaseException | None = None
+        self._finished = threading.Event()
+
+    def follow(self, on_end: Callable[[], object] | None = None) -> None:
+        """Follow the started run in a helper thread; `on_end` is called when it has ended."""
+        threading.Thread(target=self._follow, args=(on_end,), name=f"tpu_nb-run-{self.name}", daemon=True).start()
+
+    def _follow(self, on_end: Callable[[], object] | None) -> None:
+        try:
+            while not self.run.ended:
+                self.run.poll()
+            ending = self._ending = self.run.finish()
+            if on_end is not None:
+                on_end()
+            self._write("stdout", f"tpu_nb: run `{self.name}` ended: {ending.text or ending.status}.\n")
+            if ending.error is not None:
+                self._error = ending.error
+            else:
+                self._handback = self._finish(ending, self._write)
+                self._error = self._handback.problem
+        except BaseException as error:  # noqa: BLE001 - kept for wait()/result, which re-raise it
+            self._error = error
+        finally:
+            self.run.close()
+            self._finished.set()
+
+    @property
+    def status(self) -> HandleStatus:
+        """ "running", "stopping", or how it ended: "done", "stopped", "failed", "interrupted", "timeout"."""
+        if not self._finished.is_set():
+            return "stopping" if self.run.stopping else "running"
+        return "failed" if self._ending is None else self._ending.status
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until the run ends and return its result (or raise its error)."""
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"run {self.name!r} is still {self.status} after {timeout}s")
+        return self.result
+
+    def stop(self) -> None:
+        """Graceful stop at the next step every worker reaches (hard after the grace period)."""
+        self.run.request_stop()
+
+    def kill(self) -> None:
+        """Terminate every worker now, and wait until they are gone."""
+        self.run.request_kill()
+        self._finished.wait()
+
+    @property
+    def metrics(self) -> list[dict[str, Any]]:
+        """The metrics reported so far, one dict per report."""
+        return list(self._metrics.rows)
+
+    def metrics_frame(self) -> Any:
+        """The metrics as a pandas DataFrame (needs pandas)."""
+        import pandas
+
+        return pandas.DataFrame(self.metrics)
+
+    @property
+    def returned(self) -> dict[str, Any]:
+        """The `--return` values once the run ended (also when the notebook kept a rebound name)."""
+        return dict(self._handback.returned)
+
+    @property
+    def result(self) -> Any:
+        """The run's result once it ended; raises what the run raised."""
+        if not self._finished.is_set():
+            raise RuntimeError(f"run {self.name!r} is still {self.status}: use .wait() to wait for its result")
+        if self._error is not None:
+            raise self._error
+        return self._handback.value
+
+    def __repr__(self) -> str:
+        return f"<tpu_nb run {self.name!r}: {self.status}>"

@@ -1,0 +1,80 @@
+"""A `%%tpu_train` cell: compiled here into a program for the workers, its results put into the notebook.
+
+Pure logic: the IPython glue in `magics` hands in the transformed source and
+the user's namespace, and applies what comes back.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any
+
+from tpu_nb.wire.results import ModuleWeights, NotTransferable, RankResult
+from tpu_nb.workers.programs import CellProgram, is_module
+
+
+def compile_cell(source: str, filename: str, namespace: dict[str, Any], return_names: tuple[str, ...], first_line: int = 1) -> CellProgram:
+    """Compile `source` whose first line is line `first_line` of `filename`.
+
+    A trailing expression is kept apart so its value can be the cell's
+    result, as in a normal cell (unless the source ends with ';').
+    """
+    # Blank lines in front make every line number, syntax errors' too, count from `first_line`.
+    tree = ast.parse("\n" * (first_line - 1) + source, filename)
+    last_expression = None
+    last = tree.body[-1] if tree.body else None
+    if isinstance(last, ast.Expr) and not source.rstrip().endswith(";"):
+        tree.body.pop()
+        last_expression = compile(ast.Expression(last.value), filename, "eval")
+    body = compile(tree, filename, "exec")
+    modules = frozenset(name for name in return_names if is_module(namespace.get(name)))
+    return CellProgram(body, last_expression, namespace, return_names, modules)
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedReturns:
+    """What `--return` did in the notebook."""
+
+    returned: dict[str, Any]
+    updated_in_place: tuple[str, ...]
+    assigned: tuple[str, ...]
+    kept: tuple[str, ...]
+    missing: tuple[str, ...]
+    not_transferable: tuple[str, ...]
+
+
+_UNBOUND = object()
+
+
+def bindings(namespace: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """What each name is bound to now, to tell later whether the user rebound it."""
+    return {name: namespace.get(name, _UNBOUND) for name in names}
+
+
+def apply_returns(result: RankResult, namespace: dict[str, Any], unless_rebound: dict[str, Any] | None = None) -> AppliedReturns:
+    """Put rank 0's `--return` values into the notebook; modules are updated in place.
+
+    With `unless_rebound` (the `bindings` at launch), a name the user has
+    bound to something else since is kept as it is and listed in `kept`.
+    """
+    updated, assigned, kept, not_transferable = [], [], [], []
+    for name, value in result.returned.items():
+        if isinstance(value, NotTransferable):
+            not_transferable.append(f"{name} ({value.reason})")
+        elif unless_rebound is not None and namespace.get(name, _UNBOUND) is not unless_rebound.get(name, _UNBOUND):
+            kept.append(name)
+        elif isinstance(value, ModuleWeights) and is_module(namespace.get(name)):
+            namespace[name].load_state_dict(value.state_dict)
+            updated.append(name)
+        else:
+            namespace[name] = value
+            assigned.append(name)
+    return AppliedReturns(
+        returned=dict(result.returned),
+        updated_in_place=tuple(updated),
+        assigned=tuple(assigned),
+        kept=tuple(kept),
+        missing=result.missing,
+        not_transferable=tuple(not_transferable),
+    )

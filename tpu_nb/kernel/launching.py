@@ -1,0 +1,60 @@
+"""`tpu_nb.launch`: run a function on every XLA device from Python, in the foreground or in the background."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tpu_nb.workers.programs import FunctionProgram
+
+from .background import BackgroundRun, Handback, start_in_background
+from .endings import Ending
+from .options import LaunchOptions
+from .output import Write
+from .runs import Run, run_in_foreground
+
+
+def launch(
+    fn: Callable[..., Any],
+    *args: Any,
+    cores: int | None = None,
+    timeout: float | None = None,
+    all_ranks_output: bool = False,
+    progress: bool = True,
+    all_results: bool = False,
+    stop_grace: float = 5.0,
+    background: bool = False,
+) -> Any:
+    """Run `fn(*args)` in a worker per XLA device (forked: no pickling) and return rank 0's result.
+
+    With `all_results=True`, return every rank's result as a list by rank.
+    With `background=True`, return at once a `BackgroundRun` handle (`status`,
+    `wait()`, `stop()`, `kill()`, `metrics`, `result`), with the same
+    dashboard and Stop/Kill buttons as `%%tpu_train --background`.
+    An interrupt stops gracefully: `report(...)` raises `StopTraining` in
+    `fn` at the next step every rank reaches (within `stop_grace` seconds,
+    else every worker is terminated); a second interrupt stops at once.
+    Raises `WorkerError` with the worker's traceback if `fn` raised,
+    `WorkerDied`, `TrainingInterrupted` or `TrainingTimedOut`.
+    """
+    options = LaunchOptions(cores, timeout, all_ranks_output, progress, all_results, stop_grace)
+    program = FunctionProgram(fn, args)
+    name = str(getattr(fn, "__name__", "run"))
+    title = f"tpu_nb.launch({name})"
+
+    def value_of(ending: Ending) -> Any:
+        if all_results:
+            return [ending.results[rank].value for rank in sorted(ending.results)]
+        return ending.results[0].value
+
+    if background:
+
+        def finish(ending: Ending, write: Write) -> Handback:
+            return Handback(value_of(ending))
+
+        handle: BackgroundRun = start_in_background(program, options, name, finish)
+        return handle
+    ending = run_in_foreground(Run(program, options, title))
+    if ending.error is not None:
+        raise ending.error
+    return value_of(ending)

@@ -1,0 +1,142 @@
+"""The processes of one run, seen from the kernel: fork the supervisor, read its events, end the group.
+
+Mechanics only: `runs.Run` decides when to stop and what the events mean.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tpu_nb.wire.channel import EventReader, open_channel
+from tpu_nb.wire.environment import WorkerEnvironment
+from tpu_nb.wire.events import Event
+from tpu_nb.wire.stop_request import StopRequest
+from tpu_nb.workers.programs import Program
+from tpu_nb.workers.supervisor import prepare_to_fork, supervise
+from tpu_nb.workers.worker import WorkerPayload
+
+from . import forking
+
+TERMINATE_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
+KILL_WAIT = 10.0  # seconds for SIGKILLed processes to disappear
+_SUPERVISOR_CRASHED = 70
+
+
+class WorkerProcesses:
+    """The supervisor (leading its own process group) and everything in that group."""
+
+    def __init__(self) -> None:
+        self.pid = 0
+        self.run_dir: Path | None = None
+        self._reader: EventReader | None = None
+        self._exit_status: int | None = None
+
+    def start(self, program: Program, environment: WorkerEnvironment, stop_request: StopRequest, all_results: bool) -> None:
+        """Fork the supervisor; it forks the workers through `xmp.spawn`."""
+        # Anything buffered now would be printed again by each forked copy.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        reader, writer = open_channel()
+        run_dir = Path(tempfile.mkdtemp(prefix="tpu_nb-", dir=_shared_memory_dir()))
+        payload = WorkerPayload(program, writer, stop_request, run_dir, all_results)
+        kernel_pid = os.getpid()
+        prepare_to_fork()
+        pid = forking.fork()
+        if pid == 0:  # the supervisor: never returns into the kernel's code
+            code = _SUPERVISOR_CRASHED
+            try:
+                reader.close()
+                code = supervise(payload, environment, kernel_pid)
+            finally:
+                os._exit(code)
+        # Also set here, so the group exists before the kernel may signal it.
+        try:
+            os.setpgid(pid, pid)
+        except (PermissionError, ProcessLookupError):
+            pass  # the child did it first, or already exited
+        writer.close()
+        self.pid, self._reader, self.run_dir = pid, reader, run_dir
+
+    def read(self, timeout: float) -> list[Event]:
+        """Events that arrive within `timeout` seconds."""
+        assert self._reader is not None
+        return self._reader.read(timeout)
+
+    def read_rest(self) -> list[Event]:
+        """Every event still in the pipe (after the supervisor exited)."""
+        assert self._reader is not None
+        events: list[Event] = []
+        while batch := self._reader.read(0):
+            events += batch
+        return events
+
+    @property
+    def exit_status(self) -> int | None:
+        """The supervisor's exit code once it exited (negative: the signal), else None."""
+        if self._exit_status is None and self.pid:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self._exit_status = os.waitstatus_to_exitcode(status)
+        return self._exit_status
+
+    @property
+    def group_alive(self) -> bool:
+        return bool(live_group_members(self.pid))
+
+    def end(self) -> None:
+        """SIGTERM the whole process group, then SIGKILL what is left; wait until it is gone."""
+        for signum, wait in ((signal.SIGTERM, TERMINATE_GRACE), (signal.SIGKILL, KILL_WAIT)):
+            _signal_group(self.pid, signum)
+            deadline = time.monotonic() + wait
+            while not self._gone() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if self._gone():
+                return
+
+    def close(self) -> None:
+        """Remove the run dir and close the pipe."""
+        if self.run_dir is not None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def _gone(self) -> bool:
+        return self.exit_status is not None and not self.group_alive
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """Pids in process group `pgid` that have not exited.
+
+    Not `killpg(pgid, 0)`: that also finds exited workers that an init
+    process which does not reap (common in containers) leaves as zombies.
+    """
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # exited meanwhile
+        # Fields after the command name, which is in parentheses and may hold spaces.
+        state, _ppid, pgrp = text[text.rindex(")") + 2 :].split(" ", 3)[:3]
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            members.append(int(stat.parent.name))
+    return members
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _shared_memory_dir() -> str | None:
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None

@@ -1,0 +1,6 @@
+"""How `report()` data and heartbeats become what the user sees.
+
+`state` folds the workers' events into a snapshot; `dashboard` (widgets),
+`text` (terminals) and `summary` (the saved end-of-run output) show it, with
+`chart` drawing the training chart and `html_parts` the shared tables.
+"""

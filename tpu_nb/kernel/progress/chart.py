@@ -1,0 +1,70 @@
+"""The training chart: losses, evaluation metrics and the learning rate as a PNG.
+
+Drawn for the live dashboard (about once a second) and for the end-of-run summary.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+from .html_parts import column_label
+from .state import EVAL_PREFIX, LEARNING_RATE, TRAINING_LOSS, VALIDATION_LOSS, ProgressSnapshot
+
+_CHART_POINTS = 1000  # per line: more only slows rendering down, at no visible gain
+_CHART_DPI = 100
+
+
+def render_chart(snapshot: ProgressSnapshot) -> bytes | None:
+    """Losses, evaluation metrics and the learning rate as a PNG (None: nothing to plot)."""
+    panels = _chart_panels(snapshot)
+    if not panels:
+        return None
+    # Figure, not pyplot: no global figure registry, no interference with the inline backend.
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(3.2 * len(panels) + 1.0, 2.6), dpi=_CHART_DPI)
+    axes_list = figure.subplots(1, len(panels), squeeze=False)[0]
+    for axes, (title, names) in zip(axes_list, panels, strict=True):
+        for name in names:
+            steps, values = _series(snapshot, name)
+            marker = "o" if name.startswith(EVAL_PREFIX) else None
+            axes.plot(steps, values, marker=marker, markersize=3, linewidth=1.4, label=_short_name(name))
+        axes.set_title(title, fontsize=10)
+        axes.set_xlabel("step", fontsize=9)
+        axes.tick_params(labelsize=8)
+        axes.grid(alpha=0.3)
+        axes.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
+        if len(names) > 1:
+            axes.legend(fontsize=8)
+    figure.subplots_adjust(left=0.08, right=0.98, bottom=0.2, top=0.88, wspace=0.3)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def _chart_panels(snapshot: ProgressSnapshot) -> list[tuple[str, list[str]]]:
+    names = snapshot.metric_names
+    losses = [name for name in (TRAINING_LOSS, VALIDATION_LOSS) if name in names]
+    evaluation = [name for name in names if name.startswith(EVAL_PREFIX) and name != VALIDATION_LOSS]
+    evaluation_title = column_label(evaluation[0]) if len(evaluation) == 1 else "Validation metrics"
+    learning_rate = [LEARNING_RATE] if LEARNING_RATE in names else []
+    candidates = [("Loss", losses), (evaluation_title, evaluation), ("Learning rate", learning_rate)]
+    return [(title, panel) for title, panel in candidates if panel]
+
+
+def _series(snapshot: ProgressSnapshot, name: str) -> tuple[list[int], list[float]]:
+    points = [
+        (row.step, row.values[name])
+        for row in snapshot.history
+        if row.step is not None and name in row.values and math.isfinite(row.values[name])
+    ]
+    stride = math.ceil(len(points) / _CHART_POINTS) if points else 1
+    thinned = points[::stride]
+    if points and thinned[-1] is not points[-1]:
+        thinned.append(points[-1])  # always show the latest value
+    return [step for step, _ in thinned], [value for _, value in thinned]
+
+
+def _short_name(name: str) -> str:
+    return {TRAINING_LOSS: "training", VALIDATION_LOSS: "validation"}.get(name, name.removeprefix(EVAL_PREFIX))

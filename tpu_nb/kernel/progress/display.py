@@ -1,0 +1,32 @@
+"""Choosing the progress display: widgets in a notebook kernel, a text line elsewhere."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from tpu_nb.wire.events import Event
+
+from ..frontend import in_notebook_kernel
+from ..status import RunStatus
+from .state import ProgressState
+from .text import TextProgress
+
+
+class ProgressDisplay(Protocol):
+    """What a run feeds its display: every event, then how it ended."""
+
+    def on_event(self, event: Event) -> None: ...
+
+    def finish(self, status: RunStatus, detail: str | None = None) -> None: ...
+
+
+def make_display(title: str, runtime_label: str, expected_workers: int) -> ProgressDisplay:
+    """A fresh ProgressState behind a dashboard (shown now, in the current cell) or a text status line."""
+    progress = ProgressState(title, runtime_label, expected_workers)
+    if not in_notebook_kernel():
+        return TextProgress(progress)
+    from .dashboard import Dashboard  # imports ipywidgets: only in a kernel that shows widgets
+
+    dashboard = Dashboard(progress)
+    dashboard.display()
+    return dashboard

@@ -1,0 +1,152 @@
+"""Progress as plain text: a rate-limited status line for terminals and scripts.
+
+The formatting helpers here are shared with the widget dashboard and the
+static summary, so every view words things the same way.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Literal, TextIO
+
+from tpu_nb.wire.events import Event
+
+from ..status import RunStatus
+from .state import EVAL_PREFIX, TRAINING_LOSS, WARMUP_STEPS, ProgressSnapshot, ProgressState
+
+HealthLevel = Literal["pending", "stable", "warning"]
+
+
+class TextProgress:
+    """Writes a one-line status at most every `min_interval` seconds, and a final line.
+
+    `stream` defaults to sys.stderr as it is when the display is made (pytest
+    and ipykernel replace it after import).
+    """
+
+    def __init__(self, progress: ProgressState, stream: TextIO | None = None, min_interval: float = 5.0) -> None:
+        self.progress = progress
+        self.stream = stream if stream is not None else sys.stderr
+        self.min_interval = min_interval
+        self._line_written_at: float | None = None
+        self._notices_written = 0
+        self._warning_written = False
+
+    def on_event(self, event: Event) -> None:
+        self.progress.on_event(event)
+        now = self.progress.clock()
+        if self._line_written_at is not None and now - self._line_written_at < self.min_interval:
+            return
+        self._line_written_at = now
+        snapshot = self.progress.snapshot()
+        self._write_news(snapshot)
+        self._write(status_line(snapshot))
+
+    def finish(self, status: RunStatus, detail: str | None = None) -> None:
+        self.progress.finish(status, detail)
+        snapshot = self.progress.snapshot()
+        self._write_news(snapshot)
+        self._write(final_line(snapshot))
+        if detail:
+            self._write(detail)
+
+    def _write_news(self, snapshot: ProgressSnapshot) -> None:
+        """Notices and the recompilation warning, each said once."""
+        for notice in snapshot.notices[self._notices_written :]:
+            self._write(f"note: {notice}")
+        self._notices_written = len(snapshot.notices)
+        if snapshot.recompilation is not None and not self._warning_written:
+            self._warning_written = True
+            self._write(f"warning: {snapshot.recompilation.text}")
+
+    def _write(self, line: str) -> None:
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def status_line(snapshot: ProgressSnapshot) -> str:
+    """E.g. "step 120/500 (24%) | loss 0.412 | 3.1 steps/s | ETA 2m02s | compilations: 7 | workers 8/8"."""
+    if snapshot.step is None:
+        parts = [f"{snapshot.phase} {format_duration(snapshot.elapsed)}"]
+    elif snapshot.phase == "training":
+        parts = [step_text(snapshot)]
+    else:
+        parts = [f"{step_text(snapshot)} {snapshot.phase}"]
+    if TRAINING_LOSS in snapshot.latest:
+        parts.append(f"loss {format_value(snapshot.latest[TRAINING_LOSS])}")
+    if snapshot.steps_per_second is not None:
+        parts.append(f"{format_rate(snapshot.steps_per_second)} steps/s")
+    if snapshot.eta is not None:
+        parts.append(f"ETA {format_duration(snapshot.eta)}")
+    if snapshot.compile_count:
+        parts.append(f"compilations: {snapshot.compile_count}")
+    parts.append(workers_text(snapshot))
+    return " | ".join(parts)
+
+
+def final_line(snapshot: ProgressSnapshot) -> str:
+    """E.g. "%%tpu_train done after 3m12s | step 500/500 | loss 0.21 | eval_loss 0.3 | compilations: 7"."""
+    parts = [f"{snapshot.title} {snapshot.phase} after {format_duration(snapshot.elapsed)}"]
+    if snapshot.step is not None:
+        parts.append(step_text(snapshot))
+    parts += [f"{name} {format_value(value)}" for name, value in final_metrics(snapshot)]
+    if snapshot.compile_count:
+        parts.append(f"compilations: {snapshot.compile_count}")
+    return " | ".join(parts)
+
+
+def final_metrics(snapshot: ProgressSnapshot) -> list[tuple[str, float]]:
+    """The training loss and the evaluation metrics, as last logged."""
+    return [(name, snapshot.latest[name]) for name in snapshot.metric_names if name == TRAINING_LOSS or name.startswith(EVAL_PREFIX)]
+
+
+def step_text(snapshot: ProgressSnapshot) -> str:
+    if snapshot.step is None:
+        return "no step yet"
+    if snapshot.max_steps is None:
+        return f"step {snapshot.step}"
+    fraction = snapshot.fraction_done or 0.0
+    return f"step {snapshot.step}/{snapshot.max_steps} ({fraction:.0%})"
+
+
+def workers_text(snapshot: ProgressSnapshot) -> str:
+    text = f"workers {len(snapshot.workers)}/{snapshot.expected_workers}"
+    failed = len(snapshot.failures)
+    return f"{text} ({failed} failed)" if failed else text
+
+
+def health(snapshot: ProgressSnapshot) -> tuple[HealthLevel, str]:
+    """The XLA health line: how many compilations, and whether they stopped after warm-up."""
+    if snapshot.recompilation is not None:
+        return "warning", snapshot.recompilation.text
+    count = snapshot.compile_count
+    compiled = f"{count} XLA compilation{'' if count == 1 else 's'}"
+    if count:
+        compiled += f" ({format_duration(snapshot.compile_seconds)} compiling)"
+    if snapshot.warmed_up:
+        return "stable", f"{compiled}, stable after warm-up"
+    return "pending", f"{compiled} so far (warm-up: the first {WARMUP_STEPS} steps)"
+
+
+def format_duration(seconds: float) -> str:
+    """42s, 2m02s, 1h05m."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def format_value(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def format_rate(per_second: float) -> str:
+    if per_second >= 10:
+        return f"{per_second:.0f}"
+    if per_second >= 1:
+        return f"{per_second:.1f}"
+    return f"{per_second:.2g}"

@@ -1,1 +1,0 @@
-"""Training progress: reported in the workers, drawn in the kernel."""

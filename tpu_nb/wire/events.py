@@ -1,0 +1,87 @@
+"""Messages workers send to the kernel while a run is alive.
+
+Forked workers cannot draw in the notebook (ipykernel drops messages sent
+from a fork), so they send these small records and the kernel draws. Each
+one must pickle to well under 4 KiB: see `tpu_nb.wire.channel`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStarted:
+    """A worker reached the user's code (the XLA runtime is up in it)."""
+
+    rank: int
+    world_size: int
+    pid: int
+    device: str
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """Text a worker (rank) or the supervisor (rank None) printed."""
+
+    rank: int | None
+    stream: str  # "stdout" or "stderr"
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerFinished:
+    """The user's code returned on this rank; its result file is written."""
+
+    rank: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRaised:
+    """The user's code raised on this rank; details are in its error file."""
+
+    rank: int
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Training metrics from rank 0 (`report(...)` or a Trainer's logs)."""
+
+    rank: int
+    step: int | None
+    metrics: dict[str, float] = field(default_factory=dict)
+    max_steps: int | None = None
+    epoch: float | None = None
+    phase: str | None = None
+    samples_per_step: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Low-rate liveness from every rank, with its XLA compilation health."""
+
+    rank: int
+    step: int | None
+    phase: str
+    compile_count: int
+    compile_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Stopping:
+    """This rank reached the agreed stop step after a graceful stop request."""
+
+    rank: int
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something tpu_nb changed or noticed in a worker, said once."""
+
+    rank: int
+    text: str
+
+
+Event = WorkerStarted | Output | WorkerFinished | WorkerRaised | Progress | Heartbeat | Stopping | Notice

@@ -1,0 +1,68 @@
+"""The kernel's channel to the workers: a graceful stop request, in shared memory.
+
+A page of memory shared through fork, not a message: a worker busy in a long
+XLA execution or compilation does not need to read anything, and checking
+the request at a step boundary costs one memory read.
+
+Workers stop at the same step, because ranks that stop at different steps
+would leave the others waiting in a collective forever. Each rank records
+the step it is at; the first rank that sees the request picks the stop step
+as one past the furthest rank, and every rank stops when it gets there.
+"""
+
+from __future__ import annotations
+
+import mmap
+import multiprocessing
+import struct
+
+_SLOT = struct.Struct("<q")
+_REQUESTED, _STOP_STEP, _FIRST_RANK = 0, 1, 2
+_UNSET = -1
+
+
+class StopRequest:
+    """Created in the kernel before forking; read and written by every worker."""
+
+    def __init__(self, ranks: int) -> None:
+        self.ranks = ranks
+        self._memory = mmap.mmap(-1, _SLOT.size * (_FIRST_RANK + ranks))
+        self._lock = multiprocessing.get_context("fork").Lock()
+        self._write(_STOP_STEP, _UNSET)
+        for rank in range(ranks):
+            self._write(_FIRST_RANK + rank, _UNSET)
+
+    def _read(self, slot: int) -> int:
+        return _SLOT.unpack_from(self._memory, slot * _SLOT.size)[0]  # type: ignore[no-any-return]
+
+    def _write(self, slot: int, value: int) -> None:
+        _SLOT.pack_into(self._memory, slot * _SLOT.size, value)
+
+    def request(self) -> None:
+        """Kernel side: ask every worker to stop at its next step boundary."""
+        self._write(_REQUESTED, 1)
+
+    @property
+    def requested(self) -> bool:
+        return self._read(_REQUESTED) == 1
+
+    @property
+    def stop_step(self) -> int | None:
+        step = self._read(_STOP_STEP)
+        return None if step == _UNSET else step
+
+    def should_stop(self, rank: int, step: int) -> bool:
+        """Worker side, at a step boundary: True when this rank must stop now."""
+        if rank < self.ranks:
+            self._write(_FIRST_RANK + rank, step)
+        if not self.requested:
+            return False
+        with self._lock:
+            stop_step = self.stop_step
+            if stop_step is None:
+                furthest = max([step] + [self._read(_FIRST_RANK + other) for other in range(self.ranks)])
+                # The furthest rank may have passed its check for `furthest`
+                # before the request came: everyone stops after the next one.
+                stop_step = furthest + 1
+                self._write(_STOP_STEP, stop_step)
+        return step >= stop_step

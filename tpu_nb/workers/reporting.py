@@ -1,0 +1,203 @@
+"""Progress from a worker's training loop to the kernel, at no cost per step.
+
+`report(...)` is called every step but does almost nothing most of the time:
+events go out at most every `REPORT_INTERVAL` seconds. A loss that is still
+a lazy XLA tensor is read in a step closure, after the step's graph has run,
+so reporting adds no graph execution and no compilation, only one small
+device-to-host copy per interval.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from tpu_nb.wire.events import Heartbeat, Notice, Progress, Stopping
+
+if TYPE_CHECKING:
+    from tpu_nb.wire.channel import EventWriter
+    from tpu_nb.wire.stop_request import StopRequest
+
+REPORT_INTERVAL = 0.25  # seconds between Progress events: at most 4 a second
+HEARTBEAT_INTERVAL = 1.0  # seconds between each rank's Heartbeat
+
+
+class StopTraining(Exception):
+    """Raised by `report(...)` when the user asked the run to stop gracefully.
+
+    A hand-written loop ends there; tpu_nb treats it as a normal end, so
+    `--return` values and weights come back. Catch it to clean up first.
+    """
+
+
+class WorkerReporter:
+    """One per worker process; knows the ranks of the threads in it."""
+
+    def __init__(self, writer: EventWriter, stop_request: StopRequest) -> None:
+        self.writer = writer
+        self.stop_request = stop_request
+        self.world_size = 1
+        self._ranks = threading.local()
+        self._lock = threading.Lock()
+        self.steps: dict[int, int | None] = {}
+        self._calls: dict[int, int] = {}
+        self.phases: dict[int, str] = {}
+        self._last_progress = 0.0
+        self.unsent: tuple[Progress, dict[str, Any]] | None = None
+        self._notices: set[str] = set()
+        self._heartbeat = threading.Thread(target=self._beat, name="tpu_nb-heartbeat", daemon=True)
+
+    def enter(self, rank: int, world_size: int) -> None:
+        """Called by each device's thread before the user's code runs."""
+        self._ranks.rank = rank
+        self.world_size = world_size
+        with self._lock:
+            self.steps[rank] = None
+            self.phases[rank] = "starting"
+            if not self._heartbeat.is_alive():
+                self._heartbeat.start()
+
+    @property
+    def rank(self) -> int:
+        return self._ranks.rank  # type: ignore[no-any-return]
+
+    def step(self, step: int | None, phase: str = "train") -> None:
+        """Remember this rank's step and phase for its heartbeat (cheap)."""
+        rank = self.rank
+        if step is not None:
+            self.steps[rank] = step
+        self.phases[rank] = phase
+
+    def should_stop(self, step: int | None) -> bool:
+        """At a step boundary: has a graceful stop reached this rank's step?
+
+        Without a step number, the count of calls on this rank stands in.
+        """
+        rank = self.rank
+        self._calls[rank] = self._calls.get(rank, 0) + 1
+        boundary = self._calls[rank] if step is None else step
+        if not self.stop_request.should_stop(rank, boundary):
+            return False
+        self.phases[rank] = "stopping"
+        self.writer.send(Stopping(rank, boundary))
+        return True
+
+    def due(self) -> bool:
+        """True at most every REPORT_INTERVAL; only rank 0 sends metrics."""
+        if self.rank != 0:
+            return False
+        now = time.monotonic()
+        if now - self._last_progress < REPORT_INTERVAL:
+            return False
+        self._last_progress = now
+        return True
+
+    def send_progress(self, progress: Progress) -> None:
+        self.writer.send(progress)
+
+    def notice(self, text: str) -> None:
+        """Tell the user something once per run (e.g. a default tpu_nb changed)."""
+        if text not in self._notices:
+            self._notices.add(text)
+            self.writer.send(Notice(self.rank, text))
+
+    def flush(self) -> None:
+        """Send the last report that the rate limit held back (the run's final step)."""
+        if self.unsent is not None:
+            progress, values = self.unsent
+            self.unsent = None
+            _send_values(self, progress, values)
+
+    def _beat(self) -> None:
+        while True:
+            time.sleep(HEARTBEAT_INTERVAL)
+            count, seconds = compile_totals()
+            for rank, step in list(self.steps.items()):
+                self.writer.send(Heartbeat(rank, step, self.phases.get(rank, "train"), count, seconds))
+
+
+def compile_totals() -> tuple[int, float]:
+    """XLA compilations in this process so far, and their total seconds."""
+    import torch_xla.debug.metrics as met
+
+    data = met.metric_data("CompileTime")
+    if data is None:
+        return 0, 0.0
+    count, total_ns, _samples = data
+    return int(count), total_ns / 1e9
+
+
+_reporter: WorkerReporter | None = None
+
+
+def install(reporter: WorkerReporter) -> None:
+    """Set this process's reporter; done once in each worker process, before the user's code."""
+    global _reporter
+    _reporter = reporter
+
+
+def current() -> WorkerReporter | None:
+    return _reporter
+
+
+def in_worker() -> bool:
+    """True in a tpu_nb worker (inside `%%tpu_train` or `tpu_nb.launch`), False in the notebook."""
+    return _reporter is not None
+
+
+def report(
+    step: int | None = None,
+    loss: Any = None,
+    *,
+    max_steps: int | None = None,
+    epoch: float | None = None,
+    batch_size: int | None = None,
+    **metrics: Any,
+) -> None:
+    """Send a training step's progress to the notebook's live display.
+
+    Call it every step, after the optimizer step: it is rate-limited. It is
+    also where a hand-written loop stops gracefully: after an interrupt it
+    raises `StopTraining` at the step every rank agreed on. `loss` and `metrics` may be
+    Python numbers or XLA tensors (read after the step runs, never forcing
+    an extra execution). `batch_size` is the per-core batch, for samples/s.
+    Outside a `%%tpu_train` worker it does nothing.
+    """
+    reporter = _reporter
+    if reporter is None:
+        return
+    reporter.step(step)
+    stopping = reporter.should_stop(step)
+    values = dict(metrics)
+    if loss is not None:
+        values["loss"] = loss
+    samples = None if batch_size is None else batch_size * reporter.world_size
+    progress = Progress(reporter.rank, step, {}, max_steps, epoch, "train", samples)
+    if stopping:
+        reporter.unsent = (progress, values) if reporter.rank == 0 else None
+        reporter.flush()
+        raise StopTraining(f"stopped by the user at step {progress.step}")
+    if not reporter.due():
+        reporter.unsent = (progress, values) if reporter.rank == 0 else None
+        return
+    reporter.unsent = None
+    if any(_is_lazy_tensor(value) for value in values.values()):
+        import torch_xla.core.xla_model as xm
+
+        # Runs after the next step barrier, when the values exist on the device.
+        xm.add_step_closure(_send_values, args=(reporter, progress, values))
+    else:
+        _send_values(reporter, progress, values)
+
+
+def _send_values(reporter: WorkerReporter, progress: Progress, values: dict[str, Any]) -> None:
+    metrics = {name: float(value.item() if hasattr(value, "item") else value) for name, value in values.items()}
+    reporter.send_progress(
+        Progress(progress.rank, progress.step, metrics, progress.max_steps, progress.epoch, progress.phase, progress.samples_per_step)
+    )
+
+
+def _is_lazy_tensor(value: Any) -> bool:
+    device = getattr(value, "device", None)
+    return getattr(device, "type", None) == "xla"

@@ -1,0 +1,114 @@
+"""The supervisor: a process forked from the kernel that runs `xmp.spawn`.
+
+It leads its own process group, so the kernel can end the supervisor, every
+worker and anything they started (DataLoader workers) with one `killpg`,
+and so Jupyter's SIGINT to the kernel's group never reaches a worker
+half-way through an XLA call. If the kernel dies, the kernel's death signal
+ends the supervisor and the supervisor's ends each worker.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import multiprocessing
+import os
+import re
+import signal
+import sys
+import traceback
+import warnings
+from collections.abc import Callable
+
+from tpu_nb.wire.environment import WorkerEnvironment
+from tpu_nb.wire.results import SupervisorReport, save_report
+
+from . import worker
+from .output import capture_output
+
+_PR_SET_PDEATHSIG = 1
+
+FORK_WARNING = re.compile(r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks in the child\.")
+"""What Python 3.12+ warns on `os.fork()` in a multi-threaded process (see `tpu_nb.kernel.forking`)."""
+
+
+@functools.cache
+def _prctl() -> Callable[..., int]:
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+def prepare_to_fork() -> None:
+    """Look up what the child needs from libc in the kernel, before forking.
+
+    In the child, the lookup could wait forever on the dynamic loader's lock
+    if another kernel thread held it at the fork (see `tpu_nb.kernel.forking`).
+    """
+    _prctl()
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when the process that forked it exits."""
+    _prctl()(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def supervise(payload: worker.WorkerPayload, environment: WorkerEnvironment, kernel_pid: int) -> int:
+    """Run the workers; return the supervisor's exit code. Runs in the forked child."""
+    os.setpgid(0, 0)
+    die_with_parent()
+    if os.getppid() != kernel_pid:  # the kernel died before the line above
+        return 1
+    capture_output(payload.writer)
+    # When the notebook has not imported torch, importing it here starts
+    # OpenBLAS's thread pool (through numpy), so this process may be
+    # multi-threaded when `xmp.spawn` forks the workers; OpenBLAS prepares its
+    # pool for a fork itself. Python 3.12+'s warning about it says nothing the
+    # user can act on.
+    warnings.filterwarnings("ignore", message=FORK_WARNING.pattern, category=DeprecationWarning)
+    environment.apply()
+    worker.PAYLOAD = payload
+    os.register_at_fork(after_in_child=_become_worker)
+    tracker = _ExitTracker()
+    try:
+        import torch_xla.distributed.xla_multiprocessing as xmp
+
+        xmp.spawn(worker.run_worker, start_method="fork")
+    except BaseException as error:  # noqa: BLE001 - reported to the kernel, whatever it is
+        report = SupervisorReport("".join(traceback.format_exception_only(type(error), error)).strip(), tracker.stop())
+        code = 1
+    else:
+        report = SupervisorReport(None, tracker.stop())
+        code = 0
+    save_report(report, payload.run_dir)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+def _become_worker() -> None:
+    die_with_parent()
+    # A worker never handles SIGINT itself: only the kernel decides to stop it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _ExitTracker:
+    """Records how each worker process exited (a signal tells an OOM kill apart).
+
+    `xmp.spawn` only says "BrokenProcessPool"; the exit codes live on the
+    multiprocessing children it starts. This process is a throwaway fork, so
+    wrapping `Process.start` here to keep them touches no one else's state.
+    """
+
+    def __init__(self) -> None:
+        self._started: list[multiprocessing.process.BaseProcess] = []
+        original_start = multiprocessing.process.BaseProcess.start
+        started = self._started
+
+        def start(process: multiprocessing.process.BaseProcess) -> None:
+            original_start(process)
+            started.append(process)
+
+        multiprocessing.process.BaseProcess.start = start  # type: ignore[method-assign,assignment]
+
+    def stop(self) -> dict[int, int]:
+        """Worker pid -> exit code, for every worker that has exited."""
+        return {process.pid: process.exitcode for process in self._started if process.pid and process.exitcode is not None}

@@ -1,0 +1,80 @@
+"""Each forked worker: run the program, tell the kernel how it went, hand back the result.
+
+The supervisor sets `PAYLOAD` before `xmp.spawn` forks the workers, so the
+payload reaches them through fork, never through pickling.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpu_nb.wire.channel import EventWriter
+from tpu_nb.wire.events import WorkerFinished, WorkerRaised, WorkerStarted
+from tpu_nb.wire.results import ExceptionReport, save_exception, save_result
+from tpu_nb.wire.stop_request import StopRequest
+
+from . import reporting
+from .output import capture_output, flush_output, thread_rank
+from .programs import Program, WorkerContext, materialise_pending
+from .tracebacks import format_user_traceback
+from .trainer_hook import watch_for_trainer
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPayload:
+    """What the kernel hands its workers (through fork)."""
+
+    program: Program
+    writer: EventWriter
+    stop_request: StopRequest
+    run_dir: Path
+    all_results: bool
+
+
+PAYLOAD: WorkerPayload | None = None
+_setup_lock = threading.Lock()
+
+
+def run_worker(index: int) -> None:
+    """`xmp.spawn`'s function: `index` is the global ordinal."""
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.runtime as xr
+
+    payload = PAYLOAD
+    assert payload is not None, "run_worker runs only in workers forked by tpu_nb's supervisor"
+    rank, world_size = index, xr.world_size()
+    thread_rank.value = rank
+    capture_output(payload.writer)
+    reporter = _reporter_for(payload)
+    reporter.enter(rank, world_size)
+    context = WorkerContext(rank, world_size, torch_xla.device(), len(xm.get_xla_supported_devices()))
+    payload.writer.send(WorkerStarted(rank, world_size, os.getpid(), str(context.device)))
+    try:
+        result = payload.program.run(context)
+    except BaseException as error:  # noqa: BLE001 - everything the user's code raises goes to the kernel
+        report = ExceptionReport(rank, world_size, type(error).__name__, str(error), format_user_traceback(error))
+        save_exception(report, payload.run_dir)
+        flush_output()
+        payload.writer.send(WorkerRaised(rank, f"{report.type_name}: {report.message}"[:500]))
+        return
+    reporter.flush()
+    if rank == 0 or payload.all_results:
+        materialise_pending()  # one graph for all pending work, before anything is read back
+        save_result(result, payload.run_dir, rank)
+    flush_output()
+    payload.writer.send(WorkerFinished(rank))
+
+
+def _reporter_for(payload: WorkerPayload) -> reporting.WorkerReporter:
+    """This process's progress reporter, created (with the Trainer hook) by its first device thread."""
+    with _setup_lock:
+        reporter = reporting.current()
+        if reporter is None:
+            reporter = reporting.WorkerReporter(payload.writer, payload.stop_request)
+            reporting.install(reporter)
+            watch_for_trainer()
+        return reporter
