@@ -56,6 +56,7 @@ test-compat: install $(COMPAT_IMAGES:%=.venv-%/.image-installed)
 benchmark: install
 	$(BIN)/python benchmarks/return_transfer.py
 	PJRT_DEVICE=CPU $(BIN)/python benchmarks/progress_overhead.py
+	PJRT_DEVICE=CPU $(BIN)/python benchmarks/spmd_memory.py
 
 clean:
 	rm -rf $(VENV) $(COMPAT_IMAGES:%=.venv-%) build *.egg-info

@@ -70,9 +70,11 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name == "spmd":  # tpu_nb.spmd.shard_model(...) without importing tpu_nb.spmd first
+        return importlib.import_module("tpu_nb.spmd")
+    if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'tpu_nb' has no attribute {name!r}")
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from tpu_nb.kernel.options import LaunchOptions
+from tpu_nb.wire.mesh import MeshShape
 
 
 def test_default_options_have_no_problems() -> None:
@@ -17,3 +18,17 @@ def test_each_bad_option_is_named_with_its_fix() -> None:
 
 def test_a_stop_grace_that_is_not_positive_is_named() -> None:
     assert LaunchOptions(stop_grace=0).problems() == ["stop_grace=0: give a positive number of seconds."]
+
+
+def test_a_mesh_needs_spmd_and_spmd_has_one_result() -> None:
+    assert LaunchOptions(mesh=MeshShape.parse("fsdp=2")).problems() == [
+        "mesh=fsdp=2: a mesh is for SPMD runs; add --spmd (spmd=True), or leave the mesh out."
+    ]
+    assert LaunchOptions(spmd=True, all_results=True).problems() == [
+        "all_results=True: an SPMD run has one worker, so there is one result; leave all_results out."
+    ]
+
+
+def test_an_spmd_run_puts_every_device_on_fsdp_unless_told() -> None:
+    assert LaunchOptions(spmd=True).mesh_for(8) == MeshShape(("fsdp", "tensor"), (8, 1))
+    assert LaunchOptions(spmd=True, mesh=MeshShape.parse("fsdp=2,tensor=4")).mesh_for(8).sizes == (2, 4)

@@ -11,6 +11,7 @@ from tpu_nb.kernel.errors import LaunchRefused
 from tpu_nb.kernel.options import LaunchOptions
 from tpu_nb.kernel.preflight import check_can_launch
 from tpu_nb.runtime import detect
+from tpu_nb.wire.mesh import MeshShape
 
 
 def test_a_ready_runtime_gets_its_worker_environment(make_system: MakeSystem) -> None:
@@ -64,3 +65,25 @@ def test_runtime_initialised_in_this_process_is_refused_for_real() -> None:
     assert "REFUSED" in done.stdout, done.stderr
     assert "restart" in done.stdout.lower()
     assert "never" not in done.stdout.replace("tpu_nb.launch", "")
+
+
+def test_a_mesh_that_does_not_cover_the_devices_is_refused(make_system: MakeSystem) -> None:
+    options = LaunchOptions(cores=4, spmd=True, mesh=MeshShape.parse("fsdp=4,tensor=2"))
+    with pytest.raises(LaunchRefused) as refused:
+        check_can_launch(detect(make_system("cpu_laptop")), options, running=None)
+    assert (
+        "--mesh fsdp=4,tensor=2 covers 8 devices, but this run has 4: choose axis sizes that multiply to 4, or --cores 8 (XLA:CPU)."
+        in str(refused.value)
+    )
+
+
+def test_an_spmd_run_gets_its_devices_and_quiet_xla_warnings(make_system: MakeSystem) -> None:
+    environment = check_can_launch(detect(make_system("cpu_laptop")), LaunchOptions(cores=4, spmd=True), running=None)
+    assert environment.devices == 4
+    assert environment.set["CPU_NUM_DEVICES"] == "4" and environment.set["TF_CPP_MIN_LOG_LEVEL"] == "2"
+
+
+def test_spmd_on_a_tpu_host_uses_every_core(make_system: MakeSystem) -> None:
+    with pytest.raises(LaunchRefused, match="--cores 4: an SPMD run drives every TPU core of the host; leave --cores out."):
+        check_can_launch(detect(make_system("kaggle_v5e_8")), LaunchOptions(cores=4, spmd=True), running=None)
+    assert check_can_launch(detect(make_system("kaggle_v5e_8")), LaunchOptions(spmd=True), running=None).devices == 8

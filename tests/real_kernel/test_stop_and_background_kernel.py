@@ -198,3 +198,39 @@ def test_launch_in_the_background_gets_the_same_buttons_and_output_area(kernel: 
     buttons = {state["description"]: state for state in widgets(kernel, "ButtonModel")}
     assert buttons["Stop"]["disabled"] and buttons["Kill"]["disabled"]
     assert not descendants(kernel.pid)
+
+
+SPMD_LOOP = """%%tpu_train --spmd --cores 4 --return model
+import torch_xla, tpu_nb
+tpu_nb.spmd.shard_model(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+step = 0
+while True:
+    loss = model(torch.ones(8, 4, device=device)).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    torch_xla.sync()
+    step += 1
+    if step == 5:
+        print("training on", world_size, "devices, mesh", dict(zip(mesh.axis_names, mesh.mesh_shape)), flush=True)
+    time.sleep(0.05)
+    report(step=step, loss=loss)
+"""
+
+
+def test_an_spmd_run_stops_gracefully_then_hard_and_leaves_nothing(kernel: Kernel) -> None:
+    kernel.run("%load_ext tpu_nb", allow_errors=False)
+    kernel.run(LOOP_SETUP.replace("Linear(4, 1)", "Linear(4, 8)"), allow_errors=False)
+    cell, _ = kernel.run_and_interrupt(SPMD_LOOP, when="training")
+    assert not errors_of(cell), text_of(cell)
+    assert "training on 4 devices, mesh {'fsdp': 4, 'tensor': 1}" in text_of(cell)
+    assert "updated `model` in place" in text_of(cell)
+    assert text_of(kernel.run("print(bool((model.weight != initial).any()))", allow_errors=False)).strip() == "True"
+    assert not descendants(kernel.pid)
+
+    # A loop that never reaches report(): the graceful stop falls back to the hard one after the grace.
+    no_boundary = SPMD_LOOP.replace("--return model", "--stop-grace 1").replace("    report(step=step, loss=loss)\n", "")
+    hard, _ = kernel.run_and_interrupt(no_boundary, when="training")
+    assert [error.ename for error in errors_of(hard)] == ["TrainingInterrupted"]
+    assert wait_until(lambda: not descendants(kernel.pid), timeout=10), descendants(kernel.pid)

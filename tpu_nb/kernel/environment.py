@@ -20,8 +20,8 @@ class CoresUnavailable(ValueError):
     """`--cores` asks for a device count this runtime cannot give."""
 
 
-def plan_environment(info: RuntimeInfo, cores: int | None, environ: dict[str, str] | None = None) -> WorkerEnvironment:
-    """Decide the workers' environment for this runtime and `cores` request."""
+def plan_environment(info: RuntimeInfo, cores: int | None, environ: dict[str, str] | None = None, spmd: bool = False) -> WorkerEnvironment:
+    """Decide the workers' environment for this runtime, `cores` request and mode (SPMD or one process per chip)."""
     environ = dict(os.environ) if environ is None else environ
     settings = {"PJRT_DEVICE": info.pjrt_device}
     notes = []
@@ -33,8 +33,14 @@ def plan_environment(info: RuntimeInfo, cores: int | None, environ: dict[str, st
         notes.append(
             f"tpu_nb: removed {', '.join(info.topology_vars)} for the workers (preset by this platform, they break multi-process start)."
         )
+    # XLA's C++ logs a warning (GSPMD's deprecation in favour of Shardy) for
+    # every graph an SPMD program compiles; errors still show.
+    if spmd and "TF_CPP_MIN_LOG_LEVEL" not in environ:
+        settings["TF_CPP_MIN_LOG_LEVEL"] = "2"
     devices = info.devices
     if cores is not None and cores != info.devices:
+        if spmd and info.pjrt_device != "CPU":
+            raise CoresUnavailable(f"--cores {cores}: an SPMD run drives every TPU core of the host; leave --cores out.")
         settings.update(_cores_settings(info, cores))
         devices = cores
     return WorkerEnvironment(set=settings, remove=tuple(info.topology_vars), notes=tuple(notes), devices=devices)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tpu_nb.wire.mesh import MeshError, MeshShape
 from tpu_nb.workers.programs import FunctionProgram
 
 from .background import BackgroundRun, Handback, start_in_background
 from .endings import Ending
+from .errors import LaunchRefused
 from .options import LaunchOptions
 from .output import Write
 from .runs import Run, run_in_foreground
@@ -24,6 +26,8 @@ def launch(
     all_results: bool = False,
     stop_grace: float = 5.0,
     background: bool = False,
+    spmd: bool = False,
+    mesh: str | None = None,
 ) -> Any:
     """Run `fn(*args)` in a worker per XLA device (forked: no pickling) and return rank 0's result.
 
@@ -34,10 +38,17 @@ def launch(
     An interrupt stops gracefully: `report(...)` raises `StopTraining` in
     `fn` at the next step every rank reaches (within `stop_grace` seconds,
     else every worker is terminated); a second interrupt stops at once.
+    With `spmd=True`, one worker drives every device (SPMD) and `fn` can
+    shard its model and batches over the global mesh (`tpu_nb.spmd`);
+    `mesh="fsdp=4,tensor=2"` chooses the mesh (default: every device on fsdp).
     Raises `WorkerError` with the worker's traceback if `fn` raised,
     `WorkerDied`, `TrainingInterrupted` or `TrainingTimedOut`.
     """
-    options = LaunchOptions(cores, timeout, all_ranks_output, progress, all_results, stop_grace)
+    try:
+        mesh_shape = None if mesh is None else MeshShape.parse(mesh)
+    except MeshError as error:
+        raise LaunchRefused(f"tpu_nb did not start the workers:\n- {error}") from None
+    options = LaunchOptions(cores, timeout, all_ranks_output, progress, all_results, stop_grace, spmd, mesh_shape)
     program = FunctionProgram(fn, args)
     name = str(getattr(fn, "__name__", "run"))
     title = f"tpu_nb.launch({name})"

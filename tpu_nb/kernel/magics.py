@@ -11,6 +11,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from tpu_nb.runtime import RuntimePanel, detect
+from tpu_nb.wire.mesh import MeshError, MeshShape
 from tpu_nb.workers.programs import CellProgram
 
 from .background import BackgroundRun, Handback, start_in_background
@@ -62,6 +63,13 @@ class TpuMagics(Magics):
         help="After an interrupt (or .stop()), wait this long for the workers to reach a step boundary "
         "before terminating them (default 5).",
     )
+    @argument(
+        "--spmd",
+        action="store_true",
+        help="One worker drives every device and the compiler shards the program (FSDPv2): for models too big for one core. "
+        "The cell also gets `mesh`; an unchanged Trainer shards its parameters along the mesh's fsdp axis.",
+    )
+    @argument("--mesh", metavar="AXES", help="With --spmd: the device mesh, e.g. fsdp=4,tensor=2 (default: every device on fsdp).")
     @argument("--background", action="store_true", help="Return at once with a run handle; the notebook stays free while it trains.")
     @argument("--name", default="run", metavar="NAME", help="With --background: bind the run's handle to NAME (default: run).")
     @cell_magic
@@ -78,12 +86,18 @@ class TpuMagics(Magics):
         args = parse_argstring(self.tpu_train, line)
         if not args.name.isidentifier():
             raise UsageError(f"--name {args.name}: give a Python identifier to bind the run's handle to.")
+        try:
+            mesh = None if args.mesh is None else MeshShape.parse(args.mesh)
+        except MeshError as error:
+            raise UsageError(str(error)) from None
         options = LaunchOptions(
             cores=args.cores,
             timeout=args.timeout,
             all_ranks_output=args.all_ranks_output,
             progress=not args.no_progress,
             stop_grace=args.stop_grace,
+            spmd=args.spmd,
+            mesh=mesh,
         )
         program = self._compile(line, cell, tuple(args.return_names))
         if args.background:

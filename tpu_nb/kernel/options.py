@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpu_nb.wire.mesh import MeshShape
+
 
 @dataclass(frozen=True, slots=True)
 class LaunchOptions:
@@ -21,6 +23,10 @@ class LaunchOptions:
     """Return every rank's result (a list by rank) instead of rank 0's."""
     stop_grace: float = 5.0
     """After a graceful stop request, seconds to wait for the workers to reach a step boundary."""
+    spmd: bool = False
+    """One worker process drives every device, and the compiler shards the program (SPMD)."""
+    mesh: MeshShape | None = None
+    """With `spmd`: the device mesh (default: every device on the "fsdp" axis)."""
 
     def problems(self) -> list[str]:
         """What is wrong with these options, each with the fix."""
@@ -31,4 +37,12 @@ class LaunchOptions:
             found.append(f"timeout={self.timeout}: give a positive number of seconds, or leave it out for no limit.")
         if not self.stop_grace > 0:
             found.append(f"stop_grace={self.stop_grace}: give a positive number of seconds.")
+        if self.mesh is not None and not self.spmd:
+            found.append(f"mesh={self.mesh}: a mesh is for SPMD runs; add --spmd (spmd=True), or leave the mesh out.")
+        if self.spmd and self.all_results:
+            found.append("all_results=True: an SPMD run has one worker, so there is one result; leave all_results out.")
         return found
+
+    def mesh_for(self, devices: int) -> MeshShape:
+        """The mesh of an SPMD run over `devices` devices."""
+        return self.mesh if self.mesh is not None else MeshShape.default(devices)

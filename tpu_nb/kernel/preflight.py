@@ -22,9 +22,15 @@ def check_can_launch(info: RuntimeInfo, options: LaunchOptions, running: str | N
     problems += options.problems()
     environment = None
     try:
-        environment = plan_environment(info, options.cores)
+        environment = plan_environment(info, options.cores, spmd=options.spmd)
     except CoresUnavailable as error:
         problems.append(str(error))
+    if environment is not None and options.spmd and options.mesh_for(environment.devices).devices != environment.devices:
+        mesh = options.mesh_for(environment.devices)
+        problems.append(
+            f"--mesh {mesh} covers {mesh.devices} devices, but this run has {environment.devices}: choose axis sizes that "
+            f"multiply to {environment.devices}" + (f", or --cores {mesh.devices} (XLA:CPU)." if info.pjrt_device == "CPU" else ".")
+        )
     if problems or environment is None:
         raise LaunchRefused("tpu_nb did not start the workers:\n" + "\n".join(f"- {problem}" for problem in problems))
     return environment

@@ -16,6 +16,7 @@ from pathlib import Path
 from tpu_nb.wire.channel import EventReader, open_channel
 from tpu_nb.wire.environment import WorkerEnvironment
 from tpu_nb.wire.events import Event
+from tpu_nb.wire.mesh import MeshShape
 from tpu_nb.wire.stop_request import StopRequest
 from tpu_nb.workers.programs import Program
 from tpu_nb.workers.supervisor import prepare_to_fork, supervise
@@ -37,14 +38,16 @@ class WorkerProcesses:
         self._reader: EventReader | None = None
         self._exit_status: int | None = None
 
-    def start(self, program: Program, environment: WorkerEnvironment, stop_request: StopRequest, all_results: bool) -> None:
-        """Fork the supervisor; it forks the workers through `xmp.spawn`."""
+    def start(
+        self, program: Program, environment: WorkerEnvironment, stop_request: StopRequest, all_results: bool, mesh: MeshShape | None
+    ) -> None:
+        """Fork the supervisor; it forks the workers (through `xmp.spawn`, or one SPMD worker when `mesh` is given)."""
         # Anything buffered now would be printed again by each forked copy.
         sys.stdout.flush()
         sys.stderr.flush()
         reader, writer = open_channel()
         run_dir = Path(tempfile.mkdtemp(prefix="tpu_nb-", dir=_shared_memory_dir()))
-        payload = WorkerPayload(program, writer, stop_request, run_dir, all_results)
+        payload = WorkerPayload(program, writer, stop_request, run_dir, all_results, mesh)
         kernel_pid = os.getpid()
         prepare_to_fork()
         pid = forking.fork()

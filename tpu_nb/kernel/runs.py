@@ -99,13 +99,15 @@ class Run:
         for note in environment.notes:
             self._write("stderr", note + "\n")
         if self.options.progress:
-            self._display = make_display(self.title, info.label, environment.devices)
+            workers = 1 if self.options.spmd else environment.devices  # SPMD: one worker drives them all
+            self._display = make_display(self.title, info.label, workers)
         observers: list[RunObserver] = [OutputPrinter(self.options.all_ranks_output, self._write), self._facts, *self._observers]
         self._observers = observers + ([self._display] if self._display is not None else [])
         self._stop_request = StopRequest(environment.devices)
         Run._alive = self
         try:
-            self._processes.start(self.program, environment, self._stop_request, self.options.all_results)
+            mesh = self.options.mesh_for(environment.devices) if self.options.spmd else None
+            self._processes.start(self.program, environment, self._stop_request, self.options.all_results, mesh)
         except BaseException:
             Run._alive = None
             raise

@@ -22,6 +22,7 @@ class WorkerContext:
     world_size: int
     device: Any  # torch.device("xla:N")
     devices_in_process: int
+    mesh: Any = None  # an SPMD run's torch_xla.distributed.spmd.Mesh (also the global mesh)
 
 
 class Program(Protocol):
@@ -65,6 +66,8 @@ class CellProgram:
         # so functions from earlier cells see `device` and `rank` too.
         namespace = self.namespace if context.devices_in_process == 1 else dict(self.namespace)
         namespace.update(device=context.device, rank=context.rank, world_size=context.world_size, report=report)
+        if context.mesh is not None:
+            namespace["mesh"] = context.mesh
         value, has_value = None, False
         try:
             exec(self.body, namespace)
@@ -92,8 +95,19 @@ def is_module(value: Any) -> bool:
 
 
 def module_weights(module: Any) -> ModuleWeights:
+    """The module's full weights on the CPU (a sharded tensor's `.cpu()` gathers its shards)."""
     materialise_pending()
-    return ModuleWeights({key: tensor.cpu() for key, tensor in module.state_dict().items()})
+    return ModuleWeights({unwrapped_key(key): tensor.cpu() for key, tensor in module.state_dict().items()})
+
+
+def unwrapped_key(key: str) -> str:
+    """A state-dict key without FSDPv2's wrappers.
+
+    torch_xla's SpmdFullyShardedDataParallel (what a Trainer's FSDPv2 uses)
+    replaces layers by wrappers in place, which adds `_orig_module.` to
+    their keys; the notebook's module, never wrapped, has the plain ones.
+    """
+    return key.replace("_orig_module.", "")
 
 
 def materialise_pending() -> None:

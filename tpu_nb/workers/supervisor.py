@@ -69,9 +69,12 @@ def supervise(payload: worker.WorkerPayload, environment: WorkerEnvironment, ker
     os.register_at_fork(after_in_child=_become_worker)
     tracker = _ExitTracker()
     try:
-        import torch_xla.distributed.xla_multiprocessing as xmp
+        if payload.mesh is None:
+            import torch_xla.distributed.xla_multiprocessing as xmp
 
-        xmp.spawn(worker.run_worker, start_method="fork")
+            xmp.spawn(worker.run_worker, start_method="fork")
+        else:
+            _run_spmd_worker()
     except BaseException as error:  # noqa: BLE001 - reported to the kernel, whatever it is
         report = SupervisorReport("".join(traceback.format_exception_only(type(error), error)).strip(), tracker.stop())
         code = 1
@@ -82,6 +85,15 @@ def supervise(payload: worker.WorkerPayload, environment: WorkerEnvironment, ker
     sys.stdout.flush()
     sys.stderr.flush()
     return code
+
+
+def _run_spmd_worker() -> None:
+    """One forked worker drives every device (SPMD: xmp.spawn and SPMD do not mix)."""
+    process = multiprocessing.get_context("fork").Process(target=worker.run_spmd_worker, name="tpu_nb-spmd-worker")
+    process.start()
+    process.join()
+    if process.exitcode != 0:
+        raise RuntimeError(f"the SPMD worker ended with exit code {process.exitcode}")
 
 
 def _become_worker() -> None:

@@ -1,4 +1,4 @@
-"""Hugging Face `Trainer` inside a worker: live progress and XLA-safe defaults.
+"""Hugging Face `Trainer` inside a worker: live progress, XLA-safe defaults, FSDPv2 under --spmd.
 
 Only ever applied in forked workers (`watch_for_trainer`), never in the
 kernel: the notebook's own transformers is left as it is.
@@ -6,8 +6,10 @@ kernel: the notebook's own transformers is left as it is.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 from types import ModuleType
 from typing import Any
@@ -22,17 +24,24 @@ _XLA_UNSAFE_OPTIM = "adamw_torch_fused"
 XLA_SAFE_OPTIM = "adamw_torch"
 
 
-def watch_for_trainer() -> None:
-    """Patch `transformers.Trainer` now if it is imported, else as soon as it is."""
+def watch_for_trainer(spmd: bool = False) -> None:
+    """Patch `transformers.Trainer` now if it is imported, else as soon as it is.
+
+    With `spmd`, a Trainer whose arguments set no FSDP trains with FSDPv2
+    over the mesh's "fsdp" axis.
+    """
     module = sys.modules.get(_TRAINER_MODULE)
     if module is not None:
-        _patch(module)
+        _patch(module, spmd)
     else:
-        sys.meta_path.insert(0, _PatchOnImport())
+        sys.meta_path.insert(0, _PatchOnImport(spmd))
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
     """Patches `transformers.trainer` right after a cell imports it."""
+
+    def __init__(self, spmd: bool) -> None:
+        self.spmd = spmd
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if fullname != _TRAINER_MODULE:
@@ -44,15 +53,17 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
         loader = spec.loader
         original_exec = loader.exec_module
 
+        spmd = self.spmd
+
         def exec_module(module: ModuleType) -> None:
             original_exec(module)
-            _patch(module)
+            _patch(module, spmd)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
-def _patch(module: Any) -> None:
+def _patch(module: Any, spmd: bool) -> None:
     trainer_class = module.Trainer
     if getattr(trainer_class, "_tpu_nb_patched", False):
         return
@@ -64,27 +75,110 @@ def _patch(module: Any) -> None:
     original_init = trainer_class.__init__
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        _make_xla_safe(kwargs.get("args") if "args" in kwargs else (args[1] if len(args) > 1 else None))
+        model = kwargs["model"] if "model" in kwargs else (args[0] if args else None)
+        training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
+        training_args = _prepared(training_args, model, spmd)
+        if len(args) > 1:
+            args = (args[0], training_args, *args[2:])
+        else:
+            kwargs["args"] = training_args
         original_init(self, *args, **kwargs)
         _replace_progress_callbacks(self, module)
 
     trainer_class.__init__ = __init__
+    _mend_xla_fsdp(module)
     trainer_class._tpu_nb_patched = True
+
+
+def _prepared(training_args: Any, model: Any, spmd: bool) -> Any:
+    """The Trainer's arguments, made to work on XLA (and, under --spmd, to shard with FSDPv2)."""
+    if training_args is None:
+        from transformers import TrainingArguments
+
+        training_args = TrainingArguments(output_dir="tmp_trainer")  # what Trainer itself would make
+    _make_xla_safe(training_args)
+    if spmd and not training_args.fsdp:
+        training_args = _with_fsdp_v2(training_args, model)
+    return training_args
+
+
+def _with_fsdp_v2(training_args: Any, model: Any) -> Any:
+    """FSDPv2 over the global mesh's "fsdp" axis, wrapping the model's own layer classes."""
+    layers = list(getattr(model, "_no_split_modules", None) or [])
+    config: dict[str, Any] = {"xla": True, "xla_fsdp_v2": True}
+    if layers:
+        config["transformer_layer_cls_to_wrap"] = layers
+    _notice(
+        f"Trainer under --spmd: FSDPv2, parameters sharded along the mesh's fsdp axis, wrapping "
+        f"{', '.join(layers) if layers else 'the whole model'}. Set fsdp and fsdp_config yourself to choose."
+    )
+    return dataclasses.replace(training_args, fsdp=True, fsdp_config=config)
+
+
+def _mend_xla_fsdp(module: Any) -> None:
+    """Two transformers bugs with XLA FSDP, mended in the worker (found on 5.15 and 5.24).
+
+    - For XLA FSDP the Trainer delays creating the optimizer until the model
+      is wrapped, then never creates it because the wrapped model is not
+      `self.model` (`create_scheduler` fails: 'NoneType' object has no
+      attribute 'param_groups'). Create it over the wrapped model.
+    - `save_model` saves an FSDPv2-wrapped model's state dict with the
+      wrappers' `_orig_module.` in every key, so `from_pretrained` loads none
+      of it. Save the full weights (the shards gathered) under their own names.
+    """
+    trainer_class = module.Trainer
+    original_wrap = trainer_class._wrap_model
+
+    def _wrap_model(self: Any, model: Any, training: bool = True, dataloader: Any = None) -> Any:
+        wrapped = original_wrap(self, model, training, dataloader)
+        if training and self.is_fsdp_xla_enabled and self.optimizer is None:
+            self.create_optimizer(wrapped)
+        return wrapped
+
+    trainer_class._wrap_model = _wrap_model
+    original_save = module.save_tpu_checkpoint
+
+    def save_tpu_checkpoint(model: Any, args: Any, accelerator: Any, processing_class: Any, *rest: Any, **options: Any) -> None:
+        if type(model).__name__ != "SpmdFullyShardedDataParallel":
+            original_save(model, args, accelerator, processing_class, *rest, **options)
+            return
+        output_dir = options.get("output_dir") or (rest[1] if len(rest) > 1 else None) or args.output_dir
+        _save_full_weights(model, args, processing_class, output_dir)
+
+    module.save_tpu_checkpoint = save_tpu_checkpoint
+
+
+def _save_full_weights(model: Any, args: Any, processing_class: Any, output_dir: str) -> None:
+    import torch
+    import torch_xla
+
+    from .programs import unwrapped_key
+
+    torch_xla.sync()
+    state = {unwrapped_key(key): tensor.cpu() for key, tensor in model.state_dict().items()}  # .cpu() gathers the shards
+    os.makedirs(output_dir, exist_ok=True)
+    torch.save(args, os.path.join(output_dir, "training_args.bin"))
+    # save_pretrained empties the dict it is given: hand it a copy.
+    model.module.save_pretrained(output_dir, state_dict=dict(state))
+    if processing_class is not None:
+        processing_class.save_pretrained(output_dir)
+
+
+def _notice(text: str) -> None:
+    reporter = reporting.current()
+    if reporter is not None:
+        reporter.notice(text)
 
 
 def _make_xla_safe(training_args: Any) -> None:
     """Swap a default fused AdamW for the plain one; an explicit choice is kept."""
-    if training_args is None:
-        return
     field = type(training_args).__dataclass_fields__["optim"]
     if _value(training_args.optim) == _XLA_UNSAFE_OPTIM and _value(field.default) == _XLA_UNSAFE_OPTIM:
         training_args.optim = XLA_SAFE_OPTIM
-        reporter = reporting.current()
-        if reporter is not None:
-            reporter.notice(
-                f"Trainer: optim {_XLA_UNSAFE_OPTIM} (the default) -> {XLA_SAFE_OPTIM}: "
-                "fused AdamW fails on XLA devices. Set optim= yourself to choose another."
-            )
+        _notice(
+            f"Trainer: optim {_XLA_UNSAFE_OPTIM} (the default) -> {XLA_SAFE_OPTIM}: "
+            "fused AdamW fails on XLA devices. Set optim= yourself to choose another."
+        )
 
 
 def _value(option: Any) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tpu_nb.wire.channel import EventWriter
 from tpu_nb.wire.events import WorkerFinished, WorkerRaised, WorkerStarted
+from tpu_nb.wire.mesh import MeshShape
 from tpu_nb.wire.results import ExceptionReport, save_exception, save_result
 from tpu_nb.wire.stop_request import StopRequest
 
@@ -32,6 +33,7 @@ class WorkerPayload:
     stop_request: StopRequest
     run_dir: Path
     all_results: bool
+    mesh: MeshShape | None  # set for an SPMD run
 
 
 PAYLOAD: WorkerPayload | None = None
@@ -39,24 +41,56 @@ _setup_lock = threading.Lock()
 
 
 def run_worker(index: int) -> None:
-    """`xmp.spawn`'s function: `index` is the global ordinal."""
+    """`xmp.spawn`'s function, one per device: `index` is the global ordinal."""
     import torch_xla
     import torch_xla.core.xla_model as xm
     import torch_xla.runtime as xr
 
-    payload = PAYLOAD
-    assert payload is not None, "run_worker runs only in workers forked by tpu_nb's supervisor"
+    payload = _payload()
     rank, world_size = index, xr.world_size()
     thread_rank.value = rank
+    context = WorkerContext(rank, world_size, torch_xla.device(), len(xm.get_xla_supported_devices()))
+    _run(payload, context, workers=world_size, device_label=str(context.device))
+
+
+def run_spmd_worker() -> None:
+    """The one worker of an SPMD run: it drives every device of the host through a mesh."""
+    import numpy as np
+    import torch_xla
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
+
+    payload = _payload()
+    assert payload.mesh is not None
+    # Before any XLA tensor exists in this process: SPMD cannot be turned on later.
+    xr.use_spmd()
+    devices = xr.global_runtime_device_count()
+    mesh = xs.Mesh(np.arange(devices), payload.mesh.sizes, payload.mesh.axes)
+    xs.set_global_mesh(mesh)
+    thread_rank.value = 0
+    context = WorkerContext(0, devices, torch_xla.device(), 1, mesh)
+    _run(payload, context, workers=1, device_label=f"{devices} devices, mesh {payload.mesh}")
+
+
+def _payload() -> WorkerPayload:
+    assert PAYLOAD is not None, "tpu_nb's workers run only in processes forked by its supervisor"
+    return PAYLOAD
+
+
+def _run(payload: WorkerPayload, context: WorkerContext, workers: int, device_label: str) -> None:
+    """Run the program on this rank, tell the kernel how it went, hand back the result.
+
+    `workers` is how many ranks run the program (one per device, or the one SPMD worker).
+    """
+    rank = context.rank
     capture_output(payload.writer)
     reporter = _reporter_for(payload)
-    reporter.enter(rank, world_size)
-    context = WorkerContext(rank, world_size, torch_xla.device(), len(xm.get_xla_supported_devices()))
-    payload.writer.send(WorkerStarted(rank, world_size, os.getpid(), str(context.device)))
+    reporter.enter(rank, workers)
+    payload.writer.send(WorkerStarted(rank, workers, os.getpid(), device_label))
     try:
         result = payload.program.run(context)
     except BaseException as error:  # noqa: BLE001 - everything the user's code raises goes to the kernel
-        report = ExceptionReport(rank, world_size, type(error).__name__, str(error), format_user_traceback(error))
+        report = ExceptionReport(rank, workers, type(error).__name__, str(error), format_user_traceback(error))
         save_exception(report, payload.run_dir)
         flush_output()
         payload.writer.send(WorkerRaised(rank, f"{report.type_name}: {report.message}"[:500]))
@@ -76,5 +110,5 @@ def _reporter_for(payload: WorkerPayload) -> reporting.WorkerReporter:
         if reporter is None:
             reporter = reporting.WorkerReporter(payload.writer, payload.stop_request)
             reporting.install(reporter)
-            watch_for_trainer()
+            watch_for_trainer(spmd=payload.mesh is not None)
         return reporter
