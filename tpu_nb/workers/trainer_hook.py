@@ -6,11 +6,13 @@ kernel: the notebook's own transformers is left as it is.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.abc
 import importlib.machinery
 import os
 import sys
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
@@ -124,7 +126,8 @@ def _mend_xla_fsdp(module: Any) -> None:
       attribute 'param_groups'). Create it over the wrapped model.
     - `save_model` saves an FSDPv2-wrapped model's state dict with the
       wrappers' `_orig_module.` in every key, so `from_pretrained` loads none
-      of it. Save the full weights (the shards gathered) under their own names.
+      of it (and PEFT saves an empty adapter). Save the full weights (the
+      shards gathered) under their own names.
     """
     trainer_class = module.Trainer
     original_wrap = trainer_class._wrap_model
@@ -152,16 +155,34 @@ def _save_full_weights(model: Any, args: Any, processing_class: Any, output_dir:
     import torch
     import torch_xla
 
-    from .programs import unwrapped_key
-
     torch_xla.sync()
-    state = {unwrapped_key(key): tensor.cpu() for key, tensor in model.state_dict().items()}  # .cpu() gathers the shards
-    os.makedirs(output_dir, exist_ok=True)
-    torch.save(args, os.path.join(output_dir, "training_args.bin"))
-    # save_pretrained empties the dict it is given: hand it a copy.
-    model.module.save_pretrained(output_dir, state_dict=dict(state))
+    inner = model.module
+    with _layers_unwrapped(inner):
+        # Under its own names (what from_pretrained and PEFT's adapter saving
+        # look for); .cpu() gathers each tensor's shards.
+        state = {key: tensor.cpu() for key, tensor in inner.state_dict().items()}
+        os.makedirs(output_dir, exist_ok=True)
+        torch.save(args, os.path.join(output_dir, "training_args.bin"))
+        # save_pretrained empties the dict it is given: hand it a copy.
+        inner.save_pretrained(output_dir, state_dict=dict(state))
     if processing_class is not None:
         processing_class.save_pretrained(output_dir)
+
+
+@contextlib.contextmanager
+def _layers_unwrapped(root: Any) -> Iterator[None]:
+    """Put FSDPv2's layer wrappers aside for a moment, so every module has its own name again."""
+    swapped = []
+    for parent in list(root.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child).__name__ == "SpmdFullyShardedDataParallel":
+                setattr(parent, name, child._orig_module)
+                swapped.append((parent, name, child))
+    try:
+        yield
+    finally:
+        for parent, name, child in reversed(swapped):
+            setattr(parent, name, child)
 
 
 def _notice(text: str) -> None:
