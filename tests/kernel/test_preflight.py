@@ -77,10 +77,13 @@ def test_a_mesh_that_does_not_cover_the_devices_is_refused(make_system: MakeSyst
     )
 
 
-def test_an_spmd_run_gets_its_devices_and_quiet_xla_warnings(make_system: MakeSystem) -> None:
+def test_an_spmd_run_gets_its_devices_and_quiet_xla_warnings(make_system: MakeSystem, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
     environment = check_can_launch(detect(make_system("cpu_laptop")), LaunchOptions(cores=4, spmd=True), running=None)
     assert environment.devices == 4
     assert environment.set["CPU_NUM_DEVICES"] == "4" and environment.set["TF_CPP_MIN_LOG_LEVEL"] == "2"
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")  # the user's own choice is kept
+    assert "TF_CPP_MIN_LOG_LEVEL" not in check_can_launch(detect(make_system("cpu_laptop")), LaunchOptions(spmd=True), running=None).set
 
 
 def test_spmd_on_a_tpu_host_uses_every_core(make_system: MakeSystem) -> None:
