@@ -61,16 +61,18 @@ class PipRecorder:
         self.pip_lines.append(line.format(**self.namespace))  # IPython expands {names} in magic lines
 
 
-@pytest.mark.parametrize(
-    ("installed", "expected"),
-    [
-        ({"tpu_nb", "torch_xla"}, []),  # installed already: nothing
-        ({"torch_xla"}, ['install --quiet "tpu_nb"']),  # Colab, Kaggle, Cloud TPU: tpu_nb alone
-        (set(), ['install --quiet "tpu_nb[xla]"']),  # a bare machine: the pinned torch + torch_xla too
-    ],
-)
+# What the install cell installs, by what is there already: (everything the notebook needs, Colab/Kaggle/Cloud TPU, a bare machine).
+INSTALLS = {
+    "tpu_nb": [[], ['install --quiet "tpu_nb"'], ['install --quiet "tpu_nb[xla]"']],
+    "tpu_nb with lora": [[], ['install --quiet "tpu_nb[lora]"'], ['install --quiet "tpu_nb[xla,lora]"']],
+}
+NEEDS = {"04_lora_fsdp_causal_lm.ipynb": "tpu_nb with lora"}
+
+
+@pytest.mark.parametrize("case", range(3), ids=["installed already", "an image with torch_xla", "a bare machine"])
 @pytest.mark.parametrize("name", sorted(path.name for path in NOTEBOOKS.glob("*.ipynb")))
-def test_the_install_cell_installs_nothing_the_image_has(name: str, installed: set[str], expected: list[str]) -> None:
+def test_the_install_cell_installs_nothing_the_image_has(name: str, case: int) -> None:
+    installed = [{"tpu_nb", "torch_xla", "peft"}, {"torch_xla"}, set()][case]
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     [install] = [cell.source for cell in notebook.cells if cell.cell_type == "code" and "%pip install" in cell.source]
     shell = PipRecorder()
@@ -79,7 +81,7 @@ def test_the_install_cell_installs_nothing_the_image_has(name: str, installed: s
     code = TransformerManager().transform_cell(install).replace("importlib.util.find_spec", "find_spec")
     with capture_output():
         exec(code, shell.namespace)
-    assert shell.pip_lines == expected
+    assert shell.pip_lines == INSTALLS[NEEDS.get(name, "tpu_nb")][case]
 
 
 def test_quickstart(tmp_path: Path) -> None:
@@ -112,3 +114,17 @@ def test_masked_lm(tmp_path: Path) -> None:
     before, after = map(float, re.search(r"perplexity before: ([\d.]+), after: ([\d.]+)", text).groups())
     assert after < before
     print(f"03_masked_lm: {seconds:.0f}s, perplexity {before:.1f} -> {after:.1f}, {compilations} compilations")
+
+
+def test_lora_fsdp_causal_lm(tmp_path: Path) -> None:
+    notebook, text, seconds = execute("04_lora_fsdp_causal_lm.ipynb", tmp_path, time_bound=600)
+    assert "trained on 4 devices, mesh {'fsdp': 4, 'tensor': 1}" in text
+    assert "Trainer under --spmd: FSDPv2" in text
+    before, after = map(float, re.search(r"perplexity before: ([\d.]+), after: ([\d.]+)", text).groups())
+    assert after < before * 0.9
+    merged = float(re.search(r"merged model: perplexity ([\d.]+)", text).group(1))
+    assert abs(merged - after) < 0.05  # the saved adapter, reloaded and merged, is the trained model
+    assert (tmp_path / "lora-fsdp-output" / "adapter_model.safetensors").exists()
+    [bar] = widget_states(notebook, "IntProgressModel")
+    assert bar["value"] == bar["max"] == 40 and bar["bar_style"] == "success"
+    print(f"04_lora_fsdp_causal_lm: {seconds:.0f}s, perplexity {before:.1f} -> {after:.1f}")

@@ -179,3 +179,24 @@ def test_train_now_refuses_a_name_that_is_not_python(form: Picker, shell: Any) -
     form.train_button.click()
     assert plain(form.note.value) == "Name in notebook : 'my model' is not a Python name; use letters, digits and _."
     assert shell.user_ns == {}
+
+
+def test_the_training_page_offers_the_strategy_and_lora_and_shows_the_memory_estimate(form: Picker) -> None:
+    tabs = form.widget.children[1]
+    assert [tabs.get_title(index) for index in range(3)] == ["Model and data", "Training", "Evaluation and output"]
+    assert form.fields["strategy"].options == ("data-parallel", "fsdp")
+    form.fields["strategy"].value = "fsdp"
+    form.fields["lora_rank"].value = 0
+    assert form.config.strategy == "fsdp" and form.config.lora_rank is None
+    # The tiny local BERT, on this machine without a TPU: the figures, and nothing to compare them with.
+    assert plain(form.memory.value).startswith("Memory per core (estimate): ")
+    assert plain(form.memory.value).endswith("(no TPU here to compare with).")
+
+
+def test_the_inserted_cell_for_fsdp_launches_an_spmd_run(form: Picker, shell: Any) -> None:
+    form.fields["task"].value = "causal-lm"
+    form.fields["max_length"].value = 32  # the tiny model has 64 positions
+    form.fields["strategy"].value = "fsdp"
+    form.insert_button.click()
+    [(code, _replace)] = shell.next_inputs
+    assert "result = tpu_nb.launch(fine_tuning.train, spmd=True)" in code.splitlines()

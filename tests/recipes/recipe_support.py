@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -13,30 +14,9 @@ def save_tiny_bert(directory: Path, max_positions: int = 64, seed: int = 0) -> P
     Without dropout, so that it learns the demo task within about a hundred steps from scratch.
     """
     import torch
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+    from transformers import BertConfig, BertModel
 
-    from tpu_nb.recipes.demo_data import demo_examples
-
-    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.Lowercase()
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.train_from_iterator(
-        (text for text, _ in demo_examples(2000, seed=99)), trainers.WordLevelTrainer(special_tokens=list(SPECIAL_TOKENS))
-    )
-    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
-    )
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-        model_max_length=max_positions,
-    )
+    fast = _demo_tokenizer(max_positions)
     fast.save_pretrained(directory)
     torch.manual_seed(seed)
     config = BertConfig(
@@ -52,6 +32,55 @@ def save_tiny_bert(directory: Path, max_positions: int = 64, seed: int = 0) -> P
     )
     BertModel(config).save_pretrained(directory)
     return directory
+
+
+def save_tiny_llama(directory: Path, max_positions: int = 64, seed: int = 0) -> Path:
+    """Save a randomly initialised 2-layer Llama (hidden 64) with the same word-level tokenizer: a causal LM."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    fast = _demo_tokenizer(max_positions)
+    fast.save_pretrained(directory)
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(fast),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=max_positions,
+        pad_token_id=fast.pad_token_id,
+    )
+    LlamaForCausalLM(config).save_pretrained(directory)
+    return directory
+
+
+def _demo_tokenizer(max_positions: int) -> Any:
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from tpu_nb.recipes.demo_data import demo_examples
+
+    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(
+        (text for text, _ in demo_examples(2000, seed=99)), trainers.WordLevelTrainer(special_tokens=list(SPECIAL_TOKENS))
+    )
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=max_positions,
+    )
 
 
 def xla_runtime_started() -> bool:

@@ -37,6 +37,14 @@ def test_the_cell_prepares_in_the_notebook_and_trains_in_the_workers() -> None:
     assert not any("pipeline" in line for line in code_for(TrainConfig(model="m", task="causal-lm")).splitlines())
 
 
+def test_an_fsdp_cell_launches_one_spmd_worker() -> None:
+    config = TrainConfig(model="m", task="causal-lm", strategy="fsdp", lora_rank=8)
+    code = code_for(config)
+    assert config_in(code) == config
+    assert "result = tpu_nb.launch(fine_tuning.train, spmd=True)" in code.splitlines()
+    assert "# FSDP: one SPMD worker drives every core; the model's weights are split over them." in code
+
+
 def test_the_masked_lm_cell_runs_and_reports_perplexity(ip: InteractiveShell, tiny_bert: Path, tmp_path: Path) -> None:
     config = TrainConfig(
         model=str(tiny_bert), task="masked-lm", max_length=32, per_core_batch_size=16, max_steps=6, learning_rate=1e-3,

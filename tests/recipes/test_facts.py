@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 from recipe_support import xla_runtime_started
+from transformers import AutoConfig, AutoModel
 
-from tpu_nb.recipes import DatasetFacts, ModelFacts, NotFound, TrainConfig, check, gather_facts
+from tpu_nb.recipes import DatasetFacts, ModelFacts, ModelSize, NotFound, TrainConfig, check, gather_facts
 from tpu_nb.recipes.facts import dataset_facts, model_facts, output_dir_problem
 
 
@@ -31,7 +32,10 @@ def test_the_demo_with_a_local_model_has_no_problems(tiny_bert: Path, tmp_path: 
     facts = gather_facts(config)
     assert facts.dataset == DatasetFacts(("text", "label"), ("text",), 4000, facts.dataset.labels)  # type: ignore[union-attr]
     assert facts.dataset.labels.examples == ("negative", "positive")  # type: ignore[union-attr]
-    assert facts.model == ModelFacts(64, "max_position_embeddings", True)
+    built = AutoModel.from_config(AutoConfig.from_pretrained(tiny_bert))  # what the meta-device count must match
+    size = ModelSize(sum(parameter.numel() for parameter in built.parameters()), layers=1, hidden=128, heads=4)
+    assert facts.model == ModelFacts(64, "max_position_embeddings", True, "bert", size, lora_targets_known=True)
+    assert facts.peft_installed
     assert not xla_runtime_started()
 
 

@@ -128,3 +128,50 @@ def test_threads_sharing_a_process_train_their_own_copy(tiny_bert: Path) -> None
     assert copy is not model
     assert all(torch.equal(tensor, model.state_dict()[name]) for name, tensor in copy.state_dict().items())
     assert all(mine.data_ptr() != theirs.data_ptr() for mine, theirs in zip(copy.parameters(), model.parameters(), strict=True))
+
+
+def fsdp_lora_config(tiny_llama: Path, output_dir: Path) -> TrainConfig:
+    return TrainConfig(
+        model=str(tiny_llama),
+        task="causal-lm",
+        dataset="demo",
+        max_length=32,
+        per_core_batch_size=2,
+        max_steps=4,
+        learning_rate=1e-2,
+        warmup=0.0,
+        logging_steps=2,
+        max_train_samples=400,
+        max_eval_samples=64,
+        strategy="fsdp",
+        lora_rank=4,
+        output_dir=str(output_dir),
+    )
+
+
+def test_fsdp_with_lora_trains_the_adapter_and_loads_it_merged(tiny_llama: Path, tmp_path: Path) -> None:
+    import tpu_nb
+    from tpu_nb.recipes import prepare
+
+    fine_tuning = prepare(fsdp_lora_config(tiny_llama, tmp_path / "out"))
+    before = {name: tensor.clone() for name, tensor in fine_tuning.model.state_dict().items()}
+    result = tpu_nb.launch(fine_tuning.train, spmd=True, cores=4, progress=False)
+    assert result.steps == 4 and math.isfinite(result.metrics["perplexity"])
+    assert (tmp_path / "out" / "adapter_config.json").exists() and (tmp_path / "out" / "adapter_model.safetensors").exists()
+    assert not xla_runtime_started()
+    model = fine_tuning.load_trained()
+    changed = [name for name, tensor in model.state_dict().items() if not torch.equal(tensor, before[name])]
+    # Merged into the attention projections peft adapts for Llama; nothing else moved.
+    assert changed and all(name.endswith(("q_proj.weight", "v_proj.weight")) for name in changed), changed
+
+
+def test_fsdp_needs_an_spmd_run_and_says_how(tiny_llama: Path, tmp_path: Path) -> None:
+    import pytest
+
+    import tpu_nb
+    from tpu_nb.kernel.errors import WorkerError
+    from tpu_nb.recipes import prepare
+
+    fine_tuning = prepare(fsdp_lora_config(tiny_llama, tmp_path / "out").replace(lora_rank=None))
+    with pytest.raises(WorkerError, match=r"strategy \"fsdp\" trains in an SPMD run.*tpu_nb.launch\(fine_tuning.train, spmd=True\)"):
+        tpu_nb.launch(fine_tuning.train, progress=False)

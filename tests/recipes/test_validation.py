@@ -177,6 +177,9 @@ def test_masked_lm_needs_a_mask_token() -> None:
         ({"eval_steps": 0}, "eval_steps", "must be positive (or None), got 0."),
         ({"logging_steps": 0}, "logging_steps", "must be a positive number of steps between loss reports, got 0."),
         ({"label_column": ""}, "label_column", "name the column that holds each example's class."),
+        ({"strategy": "zero3"}, "strategy", 'unknown strategy "zero3"; use one of: data-parallel, fsdp.'),
+        ({"lora_rank": 8}, "lora_rank", "LoRA is offered for causal-lm here; leave lora_rank at None for text-classification."),
+        ({"task": "causal-lm", "lora_rank": 0}, "lora_rank", "must be a positive rank, e.g. 8 or 16 (None trains every weight), got 0."),
     ],
 )
 def test_settings(changes: dict[str, object], field: str, message: str) -> None:
@@ -185,3 +188,18 @@ def test_settings(changes: dict[str, object], field: str, message: str) -> None:
 
 def test_a_problem_reads_as_field_and_message() -> None:
     assert str(ConfigProblem("max_length", "too long.")) == "max_length: too long."
+
+
+def test_lora_needs_peft_installed() -> None:
+    config = CONFIG.replace(task="causal-lm", lora_rank=8)
+    assert messages(config, Facts(peft_installed=False))["lora_rank"] == (
+        "LoRA needs peft: pip install 'tpu_nb[lora]' (or pip install peft), then check again."
+    )
+    assert "lora_rank" not in messages(config, Facts(peft_installed=True))
+
+
+def test_lora_on_an_architecture_peft_cannot_adapt_by_itself() -> None:
+    facts = Facts(dataset=REVIEWS, model=ModelFacts(position_limit=512, model_type="exotic", lora_targets_known=False))
+    assert messages(CONFIG.replace(task="causal-lm", lora_rank=8), facts)["lora_rank"].startswith(
+        'peft does not know which layers of a "exotic" model to adapt; train every weight (lora_rank None)'
+    )

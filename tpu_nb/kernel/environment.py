@@ -34,8 +34,9 @@ def plan_environment(info: RuntimeInfo, cores: int | None, environ: dict[str, st
             f"tpu_nb: removed {', '.join(info.topology_vars)} for the workers (preset by this platform, they break multi-process start)."
         )
     # XLA's C++ logs a warning (GSPMD's deprecation in favour of Shardy) for
-    # every graph an SPMD program compiles; errors still show.
-    if spmd and "TF_CPP_MIN_LOG_LEVEL" not in environ:
+    # every graph an SPMD program compiles; errors still show. torch_xla sets
+    # level 1 itself when imported, so only 0 (more logging) is a user's choice.
+    if spmd and environ.get("TF_CPP_MIN_LOG_LEVEL", "1") == "1":
         settings["TF_CPP_MIN_LOG_LEVEL"] = "2"
     devices = info.devices
     if cores is not None and cores != info.devices:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpu_nb.kernel.frontend import in_notebook_kernel
-from tpu_nb.recipes.config import TrainConfig
+from tpu_nb.recipes.config import FSDP, TrainConfig
 from tpu_nb.recipes.training import FineTuning, TrainingResult
 
 
@@ -48,6 +48,6 @@ def train_now(config: TrainConfig) -> Trained:
     from tpu_nb.recipes.preparation import prepare
 
     fine_tuning = prepare(config)
-    result = tpu_nb.launch(fine_tuning.train)
+    result = tpu_nb.launch(fine_tuning.train, spmd=config.strategy == FSDP)
     fine_tuning.load_trained()
     return Trained(fine_tuning, result)

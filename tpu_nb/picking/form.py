@@ -16,7 +16,7 @@ from tpu_nb.recipes.config import CAUSAL_LM, DEMO_DATASET, MASKED_LM, TEXT_CLASS
 from tpu_nb.recipes.sources import DATA_FILE_BUILDERS, display_path
 
 # Widgets cannot hold None: these optional fields show 0 (numbers) or "" (text) for None.
-OPTIONAL_NUMBERS = ("max_steps", "eval_steps", "save_steps", "max_train_samples", "max_eval_samples")
+OPTIONAL_NUMBERS = ("max_steps", "eval_steps", "save_steps", "max_train_samples", "max_eval_samples", "lora_rank")
 OPTIONAL_TEXTS = ("dataset_config", "eval_split")
 
 # Small and mid-sized models with standard attention: static shapes, quick compiles, fit one TPU core.

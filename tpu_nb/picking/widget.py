@@ -16,12 +16,13 @@ from IPython.display import display
 
 from tpu_nb.kernel.errors import TrainingInterrupted
 from tpu_nb.recipes.codegen import code_for
-from tpu_nb.recipes.config import TASKS, TrainConfig
+from tpu_nb.recipes.config import CAUSAL_LM, FSDP, STRATEGIES, TASKS, TrainConfig
 from tpu_nb.recipes.facts import gather_facts
 from tpu_nb.recipes.local_models import find_local_models
+from tpu_nb.recipes.memory import estimate_for
 from tpu_nb.recipes.sources import DATA_FILE_BUILDERS, display_path
 from tpu_nb.recipes.training import FineTuning, TrainingResult
-from tpu_nb.recipes.validation import ConfigProblem, DatasetFacts, Facts, validate
+from tpu_nb.recipes.validation import ConfigProblem, DatasetFacts, Facts, ModelFacts, validate
 from tpu_nb.runtime import detect
 
 from .actions import insert_cell, train_now
@@ -69,6 +70,7 @@ class Picker:
         self.fields = self._field_widgets(default_config(TASKS[0], self.local_models))
         self.upload = widgets.FileUpload(accept=",".join(DATA_FILE_BUILDERS), multiple=False, description="Upload data")
         self.problems_html = widgets.HTML()
+        self.memory = widgets.HTML()
         self.preview_button = widgets.Button(description="Preview", icon="eye")
         self.insert_button = widgets.Button(description="Insert training cell", icon="plus", layout=widgets.Layout(width="180px"))
         self.train_button = widgets.Button(description="Train now", icon="play", button_style="primary")
@@ -210,6 +212,8 @@ class Picker:
             "warmup": number("warmup", "Warmup (<1: share)"),
             "weight_decay": number("weight_decay", "Weight decay"),
             "bf16": widgets.Checkbox(value=config.bf16, description="bfloat16", indent=False),
+            "strategy": widgets.Dropdown(options=STRATEGIES, value=config.strategy, description="Strategy", style=_STYLE),
+            "lora_rank": integer("lora_rank", "LoRA rank (0: none)"),
             "mlm_probability": number("mlm_probability", "Masked share (MLM)"),
             "eval_steps": integer("eval_steps", "Evaluate every (0: end)"),
             "save_steps": integer("save_steps", "Checkpoint every (0: end)"),
@@ -230,7 +234,18 @@ class Picker:
             + [self.upload, fields["text_column"], fields["label_column"]],
             "Training": [
                 fields[name]
-                for name in ("max_length", "per_core_batch_size", "epochs", "max_steps", "learning_rate", "warmup", "weight_decay", "bf16")
+                for name in (
+                    "max_length",
+                    "per_core_batch_size",
+                    "epochs",
+                    "max_steps",
+                    "learning_rate",
+                    "warmup",
+                    "weight_decay",
+                    "bf16",
+                    "strategy",
+                    "lora_rank",
+                )
             ],
             "Evaluation and output": [
                 fields[name]
@@ -247,12 +262,13 @@ class Picker:
             ],
         }
         tabs = widgets.Tab(children=[widgets.VBox(children) for children in pages.values()])
-        tabs.titles = tuple(pages)
+        for index, title in enumerate(pages):
+            tabs.set_title(index, title)  # not `titles`: ipywidgets 7 has no such trait
         title = widgets.HTML(
             f"<b>Fine-tune a transformer</b> on {html.escape(runtime.label)} ({runtime.devices} XLA device{'s' if runtime.devices != 1 else ''})"
         )
         buttons = widgets.HBox([self.preview_button, self.insert_button, self.train_button, self.name])
-        return widgets.VBox([title, tabs, self.problems_html, buttons, self.note, self.code, self.preview_area, self.output])
+        return widgets.VBox([title, tabs, self.problems_html, self.memory, buttons, self.note, self.code, self.preview_area, self.output])
 
     def _connect(self) -> None:
         self.fields["task"].observe(self._task_changed, names="value")
@@ -309,6 +325,7 @@ class Picker:
 
     def _show_problems(self, problems: list[ConfigProblem], facts: Facts) -> None:
         self.problems = problems
+        self.memory.value = _memory_html(self.config, facts)
         if not problems:
             rows = "" if not isinstance(facts.dataset, DatasetFacts) else f" ({facts.dataset.train_rows:,} training rows)"
             self.problems_html.value = f"<span style='color:#2e7d32'>&#10003; Ready to train{rows}.</span>"
@@ -316,3 +333,13 @@ class Picker:
         items = "".join(f"<li><b>{html.escape(problem.field)}</b>: {html.escape(problem.message)}</li>" for problem in problems)
         count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
         self.problems_html.value = f"<div style='color:#b71c1c'>{count} to fix:</div><ul style='margin-top:0'>{items}</ul>"
+
+
+def _memory_html(config: TrainConfig, facts: Facts) -> str:
+    """The memory estimate per core, and what to choose when a whole replica would not fit."""
+    if not isinstance(facts.model, ModelFacts) or facts.model.size is None or config.per_core_batch_size < 1 or config.max_length < 1:
+        return ""
+    runtime = detect()
+    estimate = estimate_for(config, facts.model.size, facts.devices, runtime.tpu.generation if runtime.tpu else None)
+    colour = "#b26a00" if estimate.replica_fits is False and config.strategy != FSDP else "#455a64"
+    return f"<div style='color:{colour}'>{html.escape(estimate.advice(lora_possible=config.task == CAUSAL_LM))}</div>"

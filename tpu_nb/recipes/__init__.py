@@ -3,7 +3,7 @@
     config = TrainConfig(model="distilbert/distilbert-base-uncased", dataset="demo")
     check(config)                                   # every problem at once, each with its fix
     fine_tuning = prepare(config)                   # in the notebook: tokenizer, model, tokenized data
-    result = tpu_nb.launch(fine_tuning.train)       # on every TPU core
+    result = tpu_nb.launch(fine_tuning.train)       # on every TPU core (strategy "fsdp": spmd=True)
     model = fine_tuning.load_trained()
 
 Importing this package is cheap (stdlib only): torch, transformers and
@@ -14,17 +14,32 @@ imports tpu_nb.
 from __future__ import annotations
 
 from .codegen import code_for
-from .config import CAUSAL_LM, DEMO_DATASET, MASKED_LM, TASKS, TEXT_CLASSIFICATION, ConfigError, TrainConfig
+from .config import (
+    CAUSAL_LM,
+    DATA_PARALLEL,
+    DEMO_DATASET,
+    FSDP,
+    MASKED_LM,
+    STRATEGIES,
+    TASKS,
+    TEXT_CLASSIFICATION,
+    ConfigError,
+    TrainConfig,
+)
 from .facts import check, gather_facts
 from .local_models import LocalModel, find_local_models
+from .memory import MemoryEstimate, ModelSize, estimate_for, estimate_memory
 from .preparation import InvalidConfig, prepare
-from .training import FineTuning, NotInWorker, TrainingResult
+from .training import FineTuning, NotInWorker, TrainingResult, WrongLaunch
 from .validation import ConfigProblem, DatasetFacts, Facts, LabelFacts, ModelFacts, NotFound, validate
 
 __all__ = [
     "CAUSAL_LM",
+    "DATA_PARALLEL",
     "DEMO_DATASET",
+    "FSDP",
     "MASKED_LM",
+    "STRATEGIES",
     "TASKS",
     "TEXT_CLASSIFICATION",
     "ConfigError",
@@ -35,13 +50,18 @@ __all__ = [
     "InvalidConfig",
     "LabelFacts",
     "LocalModel",
+    "MemoryEstimate",
     "ModelFacts",
+    "ModelSize",
     "NotFound",
     "NotInWorker",
     "TrainConfig",
     "TrainingResult",
+    "WrongLaunch",
     "check",
     "code_for",
+    "estimate_for",
+    "estimate_memory",
     "find_local_models",
     "gather_facts",
     "prepare",

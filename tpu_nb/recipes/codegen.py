@@ -11,7 +11,8 @@ import json
 from dataclasses import fields
 from typing import Any
 
-from .config import TEXT_CLASSIFICATION, TrainConfig
+from .config import FSDP, TEXT_CLASSIFICATION, TrainConfig
+from .training import launch_line
 
 _ALWAYS_SHOWN = ("model", "task", "dataset")
 
@@ -28,8 +29,9 @@ def code_for(config: TrainConfig) -> str:
         ")",
         "# Tokenizer, model and tokenized data load here, once: every TPU worker shares them.",
         "fine_tuning = prepare(config)",
+        *(["# FSDP: one SPMD worker drives every core; the model's weights are split over them."] if config.strategy == FSDP else []),
         "# Trains on every TPU core with a live dashboard, then puts the trained weights into `model`.",
-        "result = tpu_nb.launch(fine_tuning.train)",
+        f"result = {launch_line(config)}",
         "model, tokenizer = fine_tuning.load_trained(), fine_tuning.tokenizer",
     ]
     if config.task == TEXT_CLASSIFICATION:

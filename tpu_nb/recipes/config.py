@@ -20,6 +20,12 @@ TASKS = (TEXT_CLASSIFICATION, MASKED_LM, CAUSAL_LM)
 
 DEMO_DATASET = "demo"
 
+DATA_PARALLEL = "data-parallel"
+"""A whole replica of the model on every TPU core (`tpu_nb.launch(fine_tuning.train)`)."""
+FSDP = "fsdp"
+"""Parameters, gradients and optimizer states split over the cores (SPMD, FSDPv2: `launch(..., spmd=True)`)."""
+STRATEGIES = (DATA_PARALLEL, FSDP)
+
 # Where a task's defaults differ from TrainConfig's own (which suit text classification).
 TASK_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
     TEXT_CLASSIFICATION: {},
@@ -65,6 +71,10 @@ class TrainConfig:
     bf16: bool = False
     mlm_probability: float = 0.15
     """Only used for masked language modelling."""
+    strategy: str = DATA_PARALLEL
+    """How the cores share the work: one of STRATEGIES. "fsdp" is for models a core cannot hold whole."""
+    lora_rank: int | None = None
+    """Causal language models only: train LoRA adapters of this rank instead of every weight (needs peft)."""
     eval_steps: int | None = None
     """Evaluate every this many steps; None evaluates only at the end."""
     save_steps: int | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import tempfile
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from .data import DataSourceError, load_splits
 from .hub import hub_unreachable_reason
 from .labels import label_facts
 from .local_models import CONFIG_FILE, WEIGHT_FILES, find_local_models, is_model_directory
-from .models import hub_options, position_limit
+from .models import hub_options, lora_targets_known, model_size, position_limit
 from .sources import looks_like_path
 from .validation import ConfigProblem, DatasetFacts, Facts, ModelFacts, NotFound, NotFoundReason, validate
 
@@ -32,6 +33,7 @@ def gather_facts(config: TrainConfig) -> Facts:
         output_dir_problem=output_dir_problem(config.output_dir),
         devices=detect().devices,
         local_models=local_models,
+        peft_installed=importlib.util.find_spec("peft") is not None,
     )
 
 
@@ -72,7 +74,8 @@ def model_facts(config: TrainConfig) -> ModelFacts | NotFound:
     except ValueError as error:  # e.g. a model_type this transformers does not know
         return NotFound("unreadable", str(error))
     limit, limit_name = position_limit(model_config)
-    return ModelFacts(limit, limit_name, has_mask_token)
+    model_type = getattr(model_config, "model_type", None)
+    return ModelFacts(limit, limit_name, has_mask_token, model_type, model_size(model_config), lora_targets_known(model_type))
 
 
 def _missing_model(name: str) -> NotFound | None:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import CAUSAL_LM, MASKED_LM, TEXT_CLASSIFICATION, TrainConfig
 from .hub import hub_unreachable_reason
+from .memory import ModelSize
 from .sources import looks_like_path
 
 if TYPE_CHECKING:
@@ -43,6 +44,34 @@ def load_tokenizer(config: TrainConfig) -> PreTrainedTokenizerBase:
         # GPT-style tokenizers have no pad token; classification pads to max_length.
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def model_size(model_config: PretrainedConfig) -> ModelSize | None:
+    """Parameters and shape of the model this config builds, without memory: built on the meta device."""
+    import torch
+    from transformers import AutoModel
+
+    try:
+        with torch.device("meta"):
+            model = AutoModel.from_config(model_config)
+    except (ValueError, TypeError, RuntimeError, NotImplementedError):  # an architecture AutoModel cannot build
+        return None
+    text = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
+    layers = getattr(text, "num_hidden_layers", None) or getattr(text, "n_layer", None)
+    hidden = getattr(text, "hidden_size", None) or getattr(text, "n_embd", None)
+    heads = getattr(text, "num_attention_heads", None) or getattr(text, "n_head", None)
+    if not (isinstance(layers, int) and isinstance(hidden, int) and isinstance(heads, int)):
+        return None
+    return ModelSize(sum(parameter.numel() for parameter in model.parameters()), layers, hidden, heads)
+
+
+def lora_targets_known(model_type: str | None) -> bool:
+    """Whether peft picks LoRA's layers for this model type by itself (True when peft is not installed: not our call)."""
+    try:
+        from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+    except ImportError:
+        return True
+    return model_type in TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 
 
 def load_model(config: TrainConfig, tokenizer: PreTrainedTokenizerBase, labels: tuple[str, ...] = ()) -> PreTrainedModel:

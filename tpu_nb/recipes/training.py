@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import tpu_nb
 from tpu_nb.workers.trainer_hook import XLA_SAFE_OPTIM
 
-from .config import CAUSAL_LM, MASKED_LM, TEXT_CLASSIFICATION, TrainConfig
+from .config import CAUSAL_LM, FSDP, MASKED_LM, TEXT_CLASSIFICATION, TrainConfig
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -28,8 +28,15 @@ _TIMING_KEYS = ("runtime", "samples_per_second", "steps_per_second")
 _NOT_METRICS = ("eval_model_preparation_time",)
 
 
+ADAPTER_CONFIG = "adapter_config.json"
+
+
 class NotInWorker(RuntimeError):
     """`FineTuning.train()` was called in the notebook's own process."""
+
+
+class WrongLaunch(RuntimeError):
+    """`FineTuning.train()` runs in a kind of run its strategy cannot use."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +95,12 @@ class FineTuning:
         `metrics_before`); `callbacks` are added to the Trainer.
         """
         _refuse_outside_workers()
+        batch_devices = _check_strategy(self.config)
         devices_in_process, first_in_process = _devices_of_this_process()
-        model = model_for_this_device(self.model, devices_in_process)
-        trainer = self._trainer(model, callbacks)
+        model: Any = model_for_this_device(self.model, devices_in_process)
+        if self.config.lora_rank is not None:
+            model = with_lora(model, self.config.lora_rank)
+        trainer = self._trainer(model, callbacks, batch_devices)
         before = _evaluate(trainer, self.config) if evaluate_first else None
         started = time.monotonic()
         output = trainer.train()
@@ -98,6 +108,10 @@ class FineTuning:
         metrics = _evaluate(trainer, self.config)
         # Every rank calls it: on XLA it meets the others at a rendezvous and only the master writes.
         trainer.save_model()
+        if self.config.lora_rank is not None:
+            # The adapter is saved; merged into the weights it was trained with, `model`
+            # (this worker's copy of the notebook's) is the trained model for --return.
+            model = model.merge_and_unload()
         if model is not self.model and first_in_process:
             self.model.load_state_dict({name: tensor.cpu() for name, tensor in model.state_dict().items()})
         return TrainingResult(
@@ -110,19 +124,29 @@ class FineTuning:
         )
 
     def load_trained(self) -> PreTrainedModel:
-        """In the notebook after training: load the saved weights into `self.model` in place and return it."""
+        """In the notebook after training: load the saved weights into `self.model` in place and return it.
+
+        A LoRA adapter is merged into the base weights (of a copy: `self.model` keeps its own modules).
+        """
+        import copy
+
         import torch
 
         from .local_models import is_model_directory
 
         output_dir = Path(self.config.output_dir).absolute()
-        if not is_model_directory(output_dir):
-            raise FileNotFoundError(f'no trained model in "{output_dir}" yet: train first, with tpu_nb.launch(fine_tuning.train).')
-        trained = type(self.model).from_pretrained(output_dir, dtype=torch.float32)
+        if (output_dir / ADAPTER_CONFIG).exists():
+            from peft import PeftModel
+
+            trained = PeftModel.from_pretrained(copy.deepcopy(self.model), output_dir).merge_and_unload()
+        elif is_model_directory(output_dir):
+            trained = type(self.model).from_pretrained(output_dir, dtype=torch.float32)
+        else:
+            raise FileNotFoundError(f'no trained model in "{output_dir}" yet: train first, with {launch_line(self.config)}.')
         self.model.load_state_dict(trained.state_dict())
         return self.model
 
-    def _trainer(self, model: PreTrainedModel, callbacks: Sequence[TrainerCallback]) -> Trainer:
+    def _trainer(self, model: PreTrainedModel, callbacks: Sequence[TrainerCallback], batch_devices: int) -> Trainer:
         from transformers import DataCollatorForLanguageModeling, Trainer, default_data_collator
 
         from .metrics import classification_metrics
@@ -134,7 +158,7 @@ class FineTuning:
             collator = default_data_collator  # every example already has the same length
         return Trainer(
             model=model,
-            args=training_arguments(config),
+            args=training_arguments(config, batch_devices),
             data_collator=collator,
             train_dataset=self.train_dataset,
             eval_dataset=self.eval_dataset,
@@ -145,15 +169,19 @@ class FineTuning:
         )
 
 
-def training_arguments(config: TrainConfig) -> TrainingArguments:
-    """TrainingArguments that work on XLA devices with transformers 5 (build them in a worker only)."""
+def training_arguments(config: TrainConfig, batch_devices: int = 1) -> TrainingArguments:
+    """TrainingArguments that work on XLA devices with transformers 5 (build them in a worker only).
+
+    `batch_devices`: how many cores one process feeds (under FSDP, one SPMD
+    process feeds them all, so its batch is the per-core batch times them).
+    """
     from transformers import TrainingArguments
 
     return TrainingArguments(
         output_dir=config.output_dir,
         optim=XLA_SAFE_OPTIM,
-        per_device_train_batch_size=config.per_core_batch_size,
-        per_device_eval_batch_size=config.per_core_batch_size,
+        per_device_train_batch_size=config.per_core_batch_size * batch_devices,
+        per_device_eval_batch_size=config.per_core_batch_size * batch_devices,
         num_train_epochs=config.epochs,
         max_steps=-1 if config.max_steps is None else config.max_steps,
         learning_rate=config.learning_rate,
@@ -177,6 +205,31 @@ def training_arguments(config: TrainConfig) -> TrainingArguments:
         disable_tqdm=True,
         seed=config.seed,
     )
+
+
+def with_lora(model: PreTrainedModel, rank: int) -> Any:
+    """`model` with LoRA adapters of `rank` on the layers peft picks for its architecture (in the worker)."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    return get_peft_model(model, LoraConfig(task_type=TaskType.CAUSAL_LM, r=rank, lora_alpha=2 * rank, lora_dropout=0.0))
+
+
+def launch_line(config: TrainConfig) -> str:
+    """How to train this configuration from the notebook."""
+    return "tpu_nb.launch(fine_tuning.train, spmd=True)" if config.strategy == FSDP else "tpu_nb.launch(fine_tuning.train)"
+
+
+def _check_strategy(config: TrainConfig) -> int:
+    """How many cores this process feeds: all of them under FSDP (which needs an SPMD run), else one."""
+    import torch_xla.runtime as xr
+
+    spmd = xr.is_spmd()
+    if config.strategy == FSDP and not spmd:
+        raise WrongLaunch(
+            'strategy "fsdp" trains in an SPMD run, where one process drives every core: call '
+            "tpu_nb.launch(fine_tuning.train, spmd=True), or use a %%tpu_train --spmd cell."
+        )
+    return int(xr.global_runtime_device_count()) if spmd else 1
 
 
 def _evaluate(trainer: Trainer, config: TrainConfig) -> dict[str, float]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .config import MASKED_LM, TASKS, TEXT_CLASSIFICATION, TrainConfig
+from .config import CAUSAL_LM, MASKED_LM, STRATEGIES, TASKS, TEXT_CLASSIFICATION, TrainConfig
+from .memory import ModelSize
 from .sources import DATA_FILE_BUILDERS, UNSUPPORTED_FILE_SUFFIXES, dataset_kind, file_suffix
 
 MAX_CLASSES = 100
@@ -55,6 +56,11 @@ class ModelFacts:
     position_limit: int | None
     limit_name: str = "max_position_embeddings"
     has_mask_token: bool = True
+    model_type: str | None = None
+    size: ModelSize | None = None
+    """Parameters and shape, for the memory estimate (None when unknown)."""
+    lora_targets_known: bool = True
+    """Whether peft knows which layers of this model type to adapt."""
 
 
 NotFoundReason = Literal["no_such_path", "offline", "not_on_hub", "unreadable"]
@@ -80,6 +86,7 @@ class Facts:
     devices: int = 1
     local_models: tuple[str, ...] = ()
     """Models found on this machine, offered when the chosen one cannot be loaded."""
+    peft_installed: bool = True
 
 
 def validate(config: TrainConfig, facts: Facts | None = None) -> list[ConfigProblem]:
@@ -88,6 +95,8 @@ def validate(config: TrainConfig, facts: Facts | None = None) -> list[ConfigProb
     problems = [*_choice_problems(config), *_number_problems(config)]
     problems += _dataset_problems(config, facts)
     problems += _model_problems(config, facts)
+    if config.lora_rank is not None and config.task == CAUSAL_LM and not facts.peft_installed:
+        problems.append(ConfigProblem("lora_rank", "LoRA needs peft: pip install 'tpu_nb[lora]' (or pip install peft), then check again."))
     if facts.output_dir_problem is not None:
         problems.append(
             ConfigProblem(
@@ -123,6 +132,10 @@ def _choice_problems(config: TrainConfig) -> list[ConfigProblem]:
         problems.append(ConfigProblem("text_column", "name the column that holds the text."))
     if config.task == TEXT_CLASSIFICATION and not config.label_column.strip():
         problems.append(ConfigProblem("label_column", "name the column that holds each example's class."))
+    if config.strategy not in STRATEGIES:
+        problems.append(ConfigProblem("strategy", f'unknown strategy "{config.strategy}"; use one of: {", ".join(STRATEGIES)}.'))
+    if config.lora_rank is not None and config.task != CAUSAL_LM:
+        problems.append(ConfigProblem("lora_rank", f"LoRA is offered for {CAUSAL_LM} here; leave lora_rank at None for {config.task}."))
     return problems
 
 
@@ -134,6 +147,8 @@ def _number_problems(config: TrainConfig) -> list[ConfigProblem]:
     else:
         problems += _positive(config, "max_steps", "a positive number of training steps (or None to train by epochs)")
     problems += _positive(config, "learning_rate", "positive, e.g. 5e-5 for fine-tuning a pretrained model")
+    if config.lora_rank is not None:
+        problems += _positive(config, "lora_rank", "a positive rank, e.g. 8 or 16 (None trains every weight)")
     if config.warmup < 0:
         problems.append(ConfigProblem("warmup", f"must be 0 or more (below 1: a share of the steps; from 1: steps), got {config.warmup}."))
     if config.weight_decay < 0:
@@ -247,6 +262,14 @@ def _model_problems(config: TrainConfig, facts: Facts) -> list[ConfigProblem]:
                 "max_length",
                 f"{config.max_length} is above the model's limit of {model.position_limit} positions "
                 f"({model.limit_name}); use {model.position_limit} or less.",
+            )
+        )
+    if config.lora_rank is not None and config.task == CAUSAL_LM and not model.lora_targets_known:
+        problems.append(
+            ConfigProblem(
+                "lora_rank",
+                f'peft does not know which layers of a "{model.model_type}" model to adapt; train every weight (lora_rank None), '
+                "or use a model of a common architecture (Llama, Gemma, Qwen, GPT-2).",
             )
         )
     if config.task == MASKED_LM and not model.has_mask_token:
