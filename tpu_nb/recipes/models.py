@@ -49,12 +49,16 @@ def load_tokenizer(config: TrainConfig) -> PreTrainedTokenizerBase:
 def model_size(model_config: PretrainedConfig) -> ModelSize | None:
     """Parameters and shape of the model this config builds, without memory: built on the meta device."""
     import torch
-    from transformers import AutoModel
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
     try:
+        # Looked up (and its module imported) before the meta device is on: that
+        # import can reach torch._dynamo's first import, which torch 2.8 cannot
+        # do under a device context (a circular import, measured on Kaggle's versions).
+        model_class: Any = MODEL_MAPPING[type(model_config)]
         with torch.device("meta"):
-            model = AutoModel.from_config(model_config)
-    except (ValueError, TypeError, RuntimeError, NotImplementedError):  # an architecture AutoModel cannot build
+            model = model_class(model_config)
+    except (KeyError, ValueError, TypeError, RuntimeError, NotImplementedError):  # an architecture this cannot build
         return None
     text = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
     layers = getattr(text, "num_hidden_layers", None) or getattr(text, "n_layer", None)
