@@ -8,6 +8,7 @@ host transfer to the training step.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,12 +75,17 @@ class WorkerDoctor:
         self._device = device
         self._memory_readable = True
         self._cache_on = cache_on
+        self._lock = threading.Lock()  # the heartbeat thread and the rank's final check-up
         self.inputs = InputWatch()
         self.inputs.install()
         self.reads = HostReadWatch()
         self.reads.install()
 
     def check(self, step: int, own_reads: int) -> Checkup:
+        with self._lock:
+            return self._check(step, own_reads)
+
+    def _check(self, step: int, own_reads: int) -> Checkup:
         import torch_xla.debug.metrics as met
 
         names = met.counter_names()
