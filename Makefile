@@ -57,6 +57,7 @@ benchmark: install
 	$(BIN)/python benchmarks/return_transfer.py
 	PJRT_DEVICE=CPU $(BIN)/python benchmarks/progress_overhead.py
 	PJRT_DEVICE=CPU $(BIN)/python benchmarks/spmd_memory.py
+	PJRT_DEVICE=CPU $(BIN)/python benchmarks/host_sync.py
 
 clean:
 	rm -rf $(VENV) $(COMPAT_IMAGES:%=.venv-%) build *.egg-info

@@ -3,12 +3,13 @@
 The same loop (a small BERT, MpDeviceLoader, xm.optimizer_step) runs
 - raw: `xmp.spawn(fn, start_method="fork")`, no tpu_nb, no reporting;
 - tpu_nb: `%%tpu_train` with `report(step=..., loss=loss)` every step and
-  the live widget dashboard.
+  the live widget dashboard (the XLA doctor on, as by default);
+- no_doctor: the same with `--no-doctor`.
 Each worker measures its own steps/s after warm-up, its XLA compilations
 and its device-to-host transfers (TransferFromDeviceTime samples). Variants
 alternate, twice each; the best of each is compared.
 Target: identical compile counts, one extra transfer per reporting interval,
-throughput ratio >= 0.98.
+throughput ratio >= 0.98; doctor on/off ratio >= 0.99.
 """
 
 from __future__ import annotations
@@ -78,13 +79,15 @@ figures = train_loop(device, lambda step, loss: report(step=step, loss=loss, max
 print("FIGURES tpu_nb " + json.dumps(figures), flush=True)
 """
 
+NO_DOCTOR = TPU_NB.replace("%%tpu_train", "%%tpu_train --no-doctor").replace("FIGURES tpu_nb", "FIGURES no_doctor")
+
 
 def main() -> None:
     notebook = nbformat.v4.new_notebook()
-    cells = [SETUP, "%load_ext tpu_nb"] + [RAW, TPU_NB] * 2
+    cells = [SETUP, "%load_ext tpu_nb"] + [RAW, TPU_NB, NO_DOCTOR] * 2
     notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
     NotebookClient(notebook, timeout=1200, kernel_name="python3").execute(env=dict(os.environ, PJRT_DEVICE="CPU"))
-    results: dict[str, list[dict[str, float]]] = {"raw": [], "tpu_nb": []}
+    results: dict[str, list[dict[str, float]]] = {"raw": [], "tpu_nb": [], "no_doctor": []}
     for cell in notebook.cells:
         for output in cell.get("outputs", []):
             for match in re.finditer(r"FIGURES (\w+) (\{.*\})", output.get("text", "")):
@@ -102,6 +105,8 @@ def main() -> None:
     ratio = best["tpu_nb"]["steps_per_s"] / best["raw"]["steps_per_s"]
     extra = best["tpu_nb"]["transfers_after_warmup"] - best["raw"]["transfers_after_warmup"]
     print(f"throughput ratio tpu_nb/raw: {ratio:.3f} (target >= 0.98)")
+    doctor = best["tpu_nb"]["steps_per_s"] / best["no_doctor"]["steps_per_s"]
+    print(f"throughput ratio doctor on/off: {doctor:.3f} (target >= 0.99)")
     print(
         f"extra transfers: {extra} over {best['tpu_nb']['seconds']:.1f}s "
         f"(at most one per 0.25 s reporting interval: {best['tpu_nb']['seconds'] / 0.25:.0f})"

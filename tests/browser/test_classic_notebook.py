@@ -68,7 +68,8 @@ def test_quickstart_runs_with_ipywidgets_7(classic_notebook: NotebookServer, pag
     assert failures.count() == 0, "failure shown in the page:\n" + "\n\n".join(failures.all_inner_texts())
 
     dashboard = notebook.locator(".output_area").filter(has=page.locator(".widget-hprogress"))
-    expect(dashboard, "the %%tpu_train cell shows exactly one dashboard").to_have_count(1)
+    # Generous: under load (2 cores) the classic Notebook draws widget views late.
+    expect(dashboard, "the %%tpu_train cell shows exactly one dashboard").to_have_count(1, timeout=60_000)
     assert_progress_finished(dashboard)
     assert_chart_drawn(dashboard, page)
     assert_model_learned(notebook.locator(".output_area"))

@@ -148,5 +148,25 @@ def test_a_syntax_error_starts_nothing(ip: InteractiveShell) -> None:
 
 def test_help_documents_the_options(ip: InteractiveShell) -> None:
     doc = ip.magics_manager.magics["cell"]["tpu_train"].__doc__
-    for option in ("--cores", "--timeout", "--return", "--all-ranks-output", "--no-progress"):
+    for option in ("--cores", "--timeout", "--return", "--all-ranks-output", "--no-progress", "--no-doctor", "--compile-cache"):
         assert option in doc
+
+
+SYNCING_LOOP = """%%tpu_train OPTIONS
+import time, torch_xla
+layer = torch.nn.Linear(4, 1).to(device)
+for step in range(1, 61):
+    loss = layer(torch.ones(2, 4, device=device)).sum()
+    torch_xla.sync()
+    value = loss.item()
+    report(step=step)
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("options, diagnosed", [("", True), ("--no-doctor --compile-cache off", False)])
+def test_no_doctor_turns_the_findings_off(ip: InteractiveShell, options: str, diagnosed: bool) -> None:
+    ip.run_cell("import torch")
+    result, captured = run(ip, SYNCING_LOOP.replace("OPTIONS", options))
+    assert result.success, captured.stderr
+    assert ("XLA doctor: Host syncs" in captured.stderr) is diagnosed

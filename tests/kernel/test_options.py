@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+from support.platforms import MakeSystem
+
 from tpu_nb.kernel.options import LaunchOptions
+from tpu_nb.runtime import detect
 from tpu_nb.wire.mesh import MeshShape
 
 
@@ -32,3 +35,18 @@ def test_a_mesh_needs_spmd_and_spmd_has_one_result() -> None:
 def test_an_spmd_run_puts_every_device_on_fsdp_unless_told() -> None:
     assert LaunchOptions(spmd=True).mesh_for(8) == MeshShape(("fsdp", "tensor"), (8, 1))
     assert LaunchOptions(spmd=True, mesh=MeshShape.parse("fsdp=2,tensor=4")).mesh_for(8).sizes == (2, 4)
+
+
+def test_the_compile_cache_defaults_to_the_working_directory_on_colab_and_kaggle_tpus(make_system: MakeSystem) -> None:
+    kaggle, colab, laptop = (detect(make_system(name)) for name in ("kaggle_v5e_8", "colab_v5e_1", "cpu_laptop"))
+    assert LaunchOptions().compile_cache_for(kaggle) == "/kaggle/working/tpu_nb_xla_cache"
+    assert LaunchOptions().compile_cache_for(colab) == "/content/tpu_nb_xla_cache"
+    assert LaunchOptions().compile_cache_for(laptop) is None
+    assert LaunchOptions(compile_cache="off").compile_cache_for(kaggle) is None
+    assert LaunchOptions(compile_cache="/data/cache").compile_cache_for(laptop) == "/data/cache"
+
+
+def test_an_empty_compile_cache_directory_is_named() -> None:
+    assert LaunchOptions(compile_cache=" ").problems() == [
+        'compile_cache="": give a directory for the compilation cache, or "off" for none.'
+    ]

@@ -18,6 +18,7 @@ from typing import Literal
 from tpu_nb.wire.results import ExceptionReport, RankResult, SupervisorReport, load_exceptions, load_report, load_result
 
 from .errors import TrainingInterrupted, TrainingTimedOut, WorkerDied, WorkerError
+from .out_of_memory import explain_out_of_memory
 from .status import RunStatus
 
 _OUT_OF_MEMORY_HINT = " The host most likely ran out of memory: use a smaller per-core batch or model, or fewer cores."
@@ -78,8 +79,10 @@ def ending_of(outcome: Outcome) -> Ending:
         return Ending("done", None, None, outcome.results)
     if isinstance(outcome, Raised):
         report = outcome.report
-        error = WorkerError(report.rank, report.world_size, report.type_name, report.message, report.traceback_lines)
-        return Ending("failed", f"rank {report.rank} raised {report.type_name}: {report.message}", error)
+        advice = explain_out_of_memory(report.message)
+        error = WorkerError(report.rank, report.world_size, report.type_name, report.message, report.traceback_lines, advice)
+        text = f"rank {report.rank} raised {report.type_name}: {report.message}"
+        return Ending("failed", text if advice is None else f"{text}\n{advice}", error)
     if isinstance(outcome, Died):
         if outcome.cause is not None:
             how, hint = outcome.cause, ""

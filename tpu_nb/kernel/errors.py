@@ -21,18 +21,23 @@ class WorkerError(Exception):
     worker's traceback, pointing into the cell as the user wrote it.
     """
 
-    def __init__(self, rank: int, world_size: int, type_name: str, message: str, traceback_lines: list[str]) -> None:
+    def __init__(
+        self, rank: int, world_size: int, type_name: str, message: str, traceback_lines: list[str], advice: str | None = None
+    ) -> None:
         super().__init__(f"rank {rank} of {world_size} raised {type_name}: {message}")
         self.rank = rank
         self.world_size = world_size
         self.type_name = type_name
         self.traceback_lines = traceback_lines
+        self.advice = advice
+        """What to change, when tpu_nb recognises the error (the device ran out of memory)."""
 
     def _render_traceback_(self) -> list[str]:
-        return [*self.traceback_lines, f"(raised in the worker for rank {self.rank} of {self.world_size}; every worker was stopped)"]
+        footer = f"(raised in the worker for rank {self.rank} of {self.world_size}; every worker was stopped)"
+        return [*self.traceback_lines, footer, *([self.advice] if self.advice else [])]
 
     def __str__(self) -> str:
-        return "\n".join([self.args[0], "", *self.traceback_lines])
+        return "\n".join([self.args[0], "", *self.traceback_lines, *([self.advice] if self.advice else [])])
 
 
 class WorkerDied(RuntimeError):

@@ -28,6 +28,8 @@ def launch(
     background: bool = False,
     spmd: bool = False,
     mesh: str | None = None,
+    doctor: bool = True,
+    compile_cache: str | None = None,
 ) -> Any:
     """Run `fn(*args)` in a worker per XLA device (forked: no pickling) and return rank 0's result.
 
@@ -41,6 +43,9 @@ def launch(
     With `spmd=True`, one worker drives every device (SPMD) and `fn` can
     shard its model and batches over the global mesh (`tpu_nb.spmd`);
     `mesh="fsdp=4,tensor=2"` chooses the mesh (default: every device on fsdp).
+    `doctor=False` turns the XLA doctor off; `compile_cache="DIR"` keeps XLA's
+    compiled programs in DIR across runs ("off": none; default: a working
+    directory on Colab's and Kaggle's TPUs).
     Raises `WorkerError` with the worker's traceback if `fn` raised,
     `WorkerDied`, `TrainingInterrupted` or `TrainingTimedOut`.
     """
@@ -48,7 +53,7 @@ def launch(
         mesh_shape = None if mesh is None else MeshShape.parse(mesh)
     except MeshError as error:
         raise LaunchRefused(f"tpu_nb did not start the workers:\n- {error}") from None
-    options = LaunchOptions(cores, timeout, all_ranks_output, progress, all_results, stop_grace, spmd, mesh_shape)
+    options = LaunchOptions(cores, timeout, all_ranks_output, progress, all_results, stop_grace, spmd, mesh_shape, doctor, compile_cache)
     program = FunctionProgram(fn, args)
     name = str(getattr(fn, "__name__", "run"))
     title = f"tpu_nb.launch({name})"

@@ -70,6 +70,17 @@ class TpuMagics(Magics):
         "The cell also gets `mesh`; an unchanged Trainer shards its parameters along the mesh's fsdp axis.",
     )
     @argument("--mesh", metavar="AXES", help="With --spmd: the device mesh, e.g. fsdp=4,tensor=2 (default: every device on fsdp).")
+    @argument(
+        "--no-doctor",
+        action="store_true",
+        help="Turn the XLA doctor off (compilation causes and places, host syncs, CPU fallbacks, input waits).",
+    )
+    @argument(
+        "--compile-cache",
+        metavar="DIR",
+        help="Keep XLA's compiled programs in DIR (one subdirectory per rank), so a rerun skips compiling; "
+        "'off' for none (default: a working directory on Colab's and Kaggle's TPUs).",
+    )
     @argument("--background", action="store_true", help="Return at once with a run handle; the notebook stays free while it trains.")
     @argument("--name", default="run", metavar="NAME", help="With --background: bind the run's handle to NAME (default: run).")
     @cell_magic
@@ -98,6 +109,8 @@ class TpuMagics(Magics):
             stop_grace=args.stop_grace,
             spmd=args.spmd,
             mesh=mesh,
+            doctor=not args.no_doctor,
+            compile_cache=args.compile_cache,
         )
         program = self._compile(line, cell, tuple(args.return_names))
         if args.background:

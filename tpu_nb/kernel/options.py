@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpu_nb.runtime import Accelerator, Platform, RuntimeInfo
 from tpu_nb.wire.mesh import MeshShape
+
+NO_COMPILE_CACHE = "off"
+
+# Where Colab's and Kaggle's TPU runtimes keep files between kernel restarts
+# (Kaggle also saves /kaggle/working with the notebook's output).
+_DEFAULT_CACHE_DIRS = {Platform.COLAB: "/content/tpu_nb_xla_cache", Platform.KAGGLE: "/kaggle/working/tpu_nb_xla_cache"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +34,10 @@ class LaunchOptions:
     """One worker process drives every device, and the compiler shards the program (SPMD)."""
     mesh: MeshShape | None = None
     """With `spmd`: the device mesh (default: every device on the "fsdp" axis)."""
+    doctor: bool = True
+    """The XLA doctor: why compilations happened and where, host syncs, CPU fallbacks, input waits."""
+    compile_cache: str | None = None
+    """XLA's persistent compilation cache directory ("off": none; default: a working directory on Colab/Kaggle TPUs)."""
 
     def problems(self) -> list[str]:
         """What is wrong with these options, each with the fix."""
@@ -41,7 +52,17 @@ class LaunchOptions:
             found.append(f"mesh={self.mesh}: a mesh is for SPMD runs; add --spmd (spmd=True), or leave the mesh out.")
         if self.spmd and self.all_results:
             found.append("all_results=True: an SPMD run has one worker, so there is one result; leave all_results out.")
+        if self.compile_cache is not None and not self.compile_cache.strip():
+            found.append(f'compile_cache="": give a directory for the compilation cache, or "{NO_COMPILE_CACHE}" for none.')
         return found
+
+    def compile_cache_for(self, info: RuntimeInfo) -> str | None:
+        """The compilation cache directory the workers use on this runtime, if any."""
+        if self.compile_cache == NO_COMPILE_CACHE:
+            return None
+        if self.compile_cache is not None:
+            return self.compile_cache
+        return _DEFAULT_CACHE_DIRS.get(info.platform) if info.accelerator is Accelerator.TPU else None
 
     def mesh_for(self, devices: int) -> MeshShape:
         """The mesh of an SPMD run over `devices` devices."""

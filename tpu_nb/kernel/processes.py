@@ -39,7 +39,14 @@ class WorkerProcesses:
         self._exit_status: int | None = None
 
     def start(
-        self, program: Program, environment: WorkerEnvironment, stop_request: StopRequest, all_results: bool, mesh: MeshShape | None
+        self,
+        program: Program,
+        environment: WorkerEnvironment,
+        stop_request: StopRequest,
+        all_results: bool,
+        mesh: MeshShape | None,
+        doctor: bool = True,
+        compile_cache: str | None = None,
     ) -> None:
         """Fork the supervisor; it forks the workers (through `xmp.spawn`, or one SPMD worker when `mesh` is given)."""
         # Anything buffered now would be printed again by each forked copy.
@@ -47,7 +54,7 @@ class WorkerProcesses:
         sys.stderr.flush()
         reader, writer = open_channel()
         run_dir = Path(tempfile.mkdtemp(prefix="tpu_nb-", dir=_shared_memory_dir()))
-        payload = WorkerPayload(program, writer, stop_request, run_dir, all_results, mesh)
+        payload = WorkerPayload(program, writer, stop_request, run_dir, all_results, mesh, doctor, compile_cache)
         kernel_pid = os.getpid()
         prepare_to_fork()
         pid = forking.fork()

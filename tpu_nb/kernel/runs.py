@@ -107,7 +107,15 @@ class Run:
         Run._alive = self
         try:
             mesh = self.options.mesh_for(environment.devices) if self.options.spmd else None
-            self._processes.start(self.program, environment, self._stop_request, self.options.all_results, mesh)
+            self._processes.start(
+                self.program,
+                environment,
+                self._stop_request,
+                self.options.all_results,
+                mesh,
+                doctor=self.options.doctor,
+                compile_cache=self.options.compile_cache_for(info),
+            )
         except BaseException:
             Run._alive = None
             raise

@@ -58,6 +58,15 @@ class Progress:
 
 
 @dataclass(frozen=True, slots=True)
+class CompileCause:
+    """Why the XLA doctor thinks a graph was compiled, where in the user's code, and the fix."""
+
+    reason: str  # e.g. "input shape changed (batch 13 vs 16)"
+    place: str | None  # e.g. "In [4], line 7: loss = step(batch)"
+    fix: str
+
+
+@dataclass(frozen=True, slots=True)
 class Heartbeat:
     """Low-rate liveness from every rank, with its XLA compilation health."""
 
@@ -66,6 +75,25 @@ class Heartbeat:
     phase: str
     compile_count: int
     compile_seconds: float
+    causes: tuple[CompileCause, ...] = ()  # of the compilations since the last heartbeat (at most a few)
+    memory: tuple[int, int] | None = None  # device memory (bytes used, bytes limit), where the device reports it
+    cache: tuple[int, int] | None = None  # persistent compilation cache (hits, misses), when one is on
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """Something slowing a rank down that the XLA doctor found: the evidence, where, the fix.
+
+    Sent again as the evidence grows; a later one with the same `key` replaces it.
+    """
+
+    rank: int
+    key: str
+    title: str  # e.g. "Host syncs"
+    evidence: str
+    places: tuple[str, ...]
+    fix: str
+    step: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,4 +112,4 @@ class Notice:
     text: str
 
 
-Event = WorkerStarted | Output | WorkerFinished | WorkerRaised | Progress | Heartbeat | Stopping | Notice
+Event = WorkerStarted | Output | WorkerFinished | WorkerRaised | Progress | Heartbeat | Diagnosis | Stopping | Notice

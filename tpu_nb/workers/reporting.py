@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from tpu_nb.wire.channel import EventWriter
     from tpu_nb.wire.stop_request import StopRequest
 
+    from .doctor.probe import Checkup, WorkerDoctor
+
 REPORT_INTERVAL = 0.25  # seconds between Progress events: at most 4 a second
 HEARTBEAT_INTERVAL = 1.0  # seconds between each rank's Heartbeat
 
@@ -46,6 +48,8 @@ class WorkerReporter:
         self._last_progress = 0.0
         self.unsent: tuple[Progress, dict[str, Any]] | None = None
         self._notices: set[str] = set()
+        self.doctor: WorkerDoctor | None = None  # set before the user's code runs, unless the doctor is off
+        self.own_reads = 0  # device values tpu_nb itself read (report()'s lazy loss), which the doctor discounts
         self._heartbeat = threading.Thread(target=self._beat, name="tpu_nb-heartbeat", daemon=True)
 
     def enter(self, rank: int, world_size: int) -> None:
@@ -113,8 +117,36 @@ class WorkerReporter:
         while True:
             time.sleep(HEARTBEAT_INTERVAL)
             count, seconds = compile_totals()
-            for rank, step in list(self.steps.items()):
-                self.writer.send(Heartbeat(rank, step, self.phases.get(rank, "train"), count, seconds))
+            checkup = self._checkup()
+            for index, (rank, step) in enumerate(list(self.steps.items())):
+                phase = self.phases.get(rank, "train")
+                if checkup is None:
+                    self.writer.send(Heartbeat(rank, step, phase, count, seconds))
+                    continue
+                causes = checkup.causes if index == 0 else ()  # one process's compilations, said once
+                self.writer.send(Heartbeat(rank, step, phase, count, seconds, causes, checkup.memory, checkup.cache))
+            for diagnosis in checkup.diagnoses if checkup is not None else ():
+                self.writer.send(diagnosis)
+
+    def final_checkup(self) -> None:
+        """The doctor's last look when the user's code returns, so a short run's findings reach the summary."""
+        checkup = self._checkup()
+        for diagnosis in checkup.diagnoses if checkup is not None else ():
+            self.writer.send(diagnosis)
+
+    def _checkup(self) -> Checkup | None:
+        """The XLA doctor's readings; a failing doctor is turned off with one note, never the heartbeat."""
+        doctor = self.doctor
+        if doctor is None:
+            return None
+        steps = max((step if step is not None else self._calls.get(rank, 0) for rank, step in list(self.steps.items())), default=0)
+        try:
+            return doctor.check(steps, self.own_reads)
+        except Exception as error:  # noqa: BLE001 - the doctor must never stop the heartbeat that shows liveness
+            self.doctor = None
+            rank = next(iter(self.steps), 0)
+            self.writer.send(Notice(rank, f"the XLA doctor stopped after an error in tpu_nb ({type(error).__name__}: {error})"))
+            return None
 
 
 def compile_totals() -> tuple[int, float]:
@@ -192,6 +224,7 @@ def report(
 
 
 def _send_values(reporter: WorkerReporter, progress: Progress, values: dict[str, Any]) -> None:
+    reporter.own_reads += sum(1 for value in values.values() if _is_lazy_tensor(value))
     metrics = {name: float(value.item() if hasattr(value, "item") else value) for name, value in values.items()}
     reporter.send_progress(
         Progress(progress.rank, progress.step, metrics, progress.max_steps, progress.epoch, progress.phase, progress.samples_per_step)

@@ -18,6 +18,7 @@ from tpu_nb.wire.results import ExceptionReport, save_exception, save_result
 from tpu_nb.wire.stop_request import StopRequest
 
 from . import reporting
+from .doctor.probe import WorkerDoctor, analyse_compilations, start_compile_cache
 from .output import capture_output, flush_output, thread_rank
 from .programs import Program, WorkerContext, materialise_pending
 from .tracebacks import format_user_traceback
@@ -34,10 +35,13 @@ class WorkerPayload:
     run_dir: Path
     all_results: bool
     mesh: MeshShape | None  # set for an SPMD run
+    doctor: bool = True  # the XLA doctor: compilation analysis, counters, input waits
+    compile_cache: str | None = None  # XLA's persistent compilation cache directory
 
 
 PAYLOAD: WorkerPayload | None = None
 _setup_lock = threading.Lock()
+_doctor_started = False
 
 
 def run_worker(index: int) -> None:
@@ -86,6 +90,7 @@ def _run(payload: WorkerPayload, context: WorkerContext, workers: int, device_la
     capture_output(payload.writer)
     reporter = _reporter_for(payload)
     reporter.enter(rank, workers)
+    _start_doctor(payload, reporter, context)
     payload.writer.send(WorkerStarted(rank, workers, os.getpid(), device_label))
     try:
         result = payload.program.run(context)
@@ -96,11 +101,30 @@ def _run(payload: WorkerPayload, context: WorkerContext, workers: int, device_la
         payload.writer.send(WorkerRaised(rank, f"{report.type_name}: {report.message}"[:500]))
         return
     reporter.flush()
+    reporter.final_checkup()
     if rank == 0 or payload.all_results:
         materialise_pending()  # one graph for all pending work, before anything is read back
         save_result(result, payload.run_dir, rank)
     flush_output()
     payload.writer.send(WorkerFinished(rank))
+
+
+def _start_doctor(payload: WorkerPayload, reporter: reporting.WorkerReporter, context: WorkerContext) -> None:
+    """Before the user's code computes anything: the compilation cache, then the XLA doctor (once per process)."""
+    global _doctor_started
+    with _setup_lock:
+        if _doctor_started:  # TPU v2/v3: another device thread of this process got here first
+            return
+        _doctor_started = True
+        cache_on = False
+        if payload.compile_cache is not None:
+            note = start_compile_cache(payload.compile_cache, context.rank)
+            if note is not None:
+                reporter.notice(note)
+            cache_on = note is None
+        if payload.doctor:
+            analysis = analyse_compilations(payload.run_dir, context.rank)
+            reporter.doctor = WorkerDoctor(context.rank, context.device, analysis, cache_on)
 
 
 def _reporter_for(payload: WorkerPayload) -> reporting.WorkerReporter:

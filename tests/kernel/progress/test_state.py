@@ -9,8 +9,11 @@ from tpu_nb.kernel.progress.state import (
     WARMUP_STEPS,
     ProgressState,
 )
+from tpu_nb.kernel.progress.text import health
 from tpu_nb.kernel.status import RUN_STATUSES
 from tpu_nb.wire.events import (
+    CompileCause,
+    Diagnosis,
     Heartbeat,
     Notice,
     Output,
@@ -317,3 +320,34 @@ def test_world_size_from_the_workers_wins(clock: FakeClock) -> None:
     progress = ProgressState("t", "r", expected_workers=8, clock=clock)
     progress.on_event(WorkerStarted(0, 4, 100, "xla:0"))
     assert progress.snapshot().expected_workers == 4
+
+
+def test_the_doctors_causes_explain_the_recompilation_warning(progress: ProgressState, clock: FakeClock) -> None:
+    start(progress)
+    for step in range(1, WARMUP_STEPS + 1):
+        train_step(progress, clock, step, 3)
+    cause = CompileCause("input shape changed (batch 13 vs 16)", "In [4], line 12: torch_xla.sync()", "drop the last partial batch")
+    progress.on_event(Heartbeat(0, 6, "train", 4, 8.0, causes=(cause,)))
+    for step in range(7, 12):
+        train_step(progress, clock, step, 4)
+
+    warning = progress.snapshot().recompilation
+    assert warning is not None and warning.causes == (cause,)
+    assert (
+        "Why: input shape changed (batch 13 vs 16) at In [4], line 12: torch_xla.sync(). Fix: drop the last partial batch." in warning.text
+    )
+
+
+def test_a_diagnosis_is_replaced_by_fresher_evidence_and_memory_and_cache_are_shown(progress: ProgressState, clock: FakeClock) -> None:
+    start(progress)
+    first = Diagnosis(0, "host-reads", "Host syncs", "1.0 reads per step", ("In [3], line 9: loss.item()",), "report(loss=...)", 10)
+    progress.on_event(first)
+    progress.on_event(Diagnosis(1, "host-reads", "Host syncs", "2.0 reads per step", (), "report(loss=...)", 20))
+    progress.on_event(Heartbeat(0, 20, "train", 3, 2.0, memory=(3 * 2**30, 16 * 2**30), cache=(5, 2)))
+    progress.on_event(Heartbeat(1, 20, "train", 3, 2.0, memory=(8 * 2**30, 16 * 2**30), cache=(5, 2)))
+    snapshot = progress.snapshot()
+    assert [diagnosis.evidence for diagnosis in snapshot.diagnoses] == ["2.0 reads per step"]
+    assert snapshot.memory == (8 * 2**30, 16 * 2**30)  # the fullest device
+    assert snapshot.cache == (10, 4)
+    _level, text = health(snapshot)
+    assert "device memory 8 GiB of 16 GiB (50%)" in text and "compile cache 10 hits, 4 misses" in text

@@ -18,7 +18,7 @@ from tpu_nb.wire.events import Event
 
 from ..status import RunStatus
 from .chart import render_chart
-from .html_parts import STATUS_COLOURS, detail_html, health_html, notices_html, table_html
+from .html_parts import STATUS_COLOURS, detail_html, doctor_html, health_html, notices_html, table_html
 from .state import MetricRow, ProgressSnapshot, ProgressState
 from .summary import display_summary, summary_bundle
 from .text import format_duration, format_rate, step_text, workers_text
@@ -135,7 +135,7 @@ class Dashboard:
         else:
             self.detail.value = ""
         self.worker_rows.value = _workers_html(snapshot)
-        self.health.value = health_html(snapshot)
+        self.health.value = health_html(snapshot) + doctor_html(snapshot)
         self.notices.value = notices_html(snapshot.notices)
         newest = snapshot.history[-1] if snapshot.history else None
         if newest is not self._tabled_row:

@@ -59,6 +59,21 @@ def health_html(snapshot: ProgressSnapshot) -> str:
     return f'<p class="tpu-nb-xla-{level}" style="color:{_HEALTH_COLOURS[level]};font-weight:{weight}">{html.escape(text)}</p>'
 
 
+def doctor_html(snapshot: ProgressSnapshot) -> str:
+    """The XLA doctor's findings: what slows the run, the evidence, where, the fix."""
+    if not snapshot.diagnoses:
+        return ""
+    items = []
+    for diagnosis in snapshot.diagnoses:
+        places = "".join(f"<li><code>{html.escape(place)}</code></li>" for place in diagnosis.places)
+        items.append(
+            f"<li><strong>{html.escape(diagnosis.title)}</strong>: {html.escape(diagnosis.evidence)}."
+            + (f'<ul style="margin:0">{places}</ul>' if places else "")
+            + f"<br>Fix: {html.escape(diagnosis.fix)}.</li>"
+        )
+    return f'<ul class="tpu-nb-doctor" style="margin:2px 0;color:{_HEALTH_COLOURS["warning"]}">{"".join(items)}</ul>'
+
+
 def notices_html(notices: Sequence[str]) -> str:
     if not notices:
         return ""

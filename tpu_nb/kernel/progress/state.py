@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from tpu_nb.wire.events import Event, Heartbeat, Notice, Progress, WorkerFinished, WorkerRaised, WorkerStarted
+from tpu_nb.wire.events import CompileCause, Diagnosis, Event, Heartbeat, Notice, Progress, WorkerFinished, WorkerRaised, WorkerStarted
 
 from ..status import RUN_STATUSES, RunStatus
 
@@ -28,6 +28,9 @@ RATE_WINDOW_SECONDS = 20.0
 
 STALE_AFTER_SECONDS = 30.0
 """A running worker silent for longer than this is probably stuck."""
+
+MOST_CAUSES_SHOWN = 2
+"""Recompilation causes named in the warning: the most frequent."""
 
 TRAINING_LOSS = "loss"
 VALIDATION_LOSS = "eval_loss"
@@ -68,6 +71,8 @@ class WorkerRow:
     compile_count: int
     compile_seconds: float
     failure: str | None
+    memory: tuple[int, int] | None = None  # device bytes (used, limit), where the device reports them
+    cache: tuple[int, int] | None = None  # persistent compilation cache (hits, misses)
 
     @property
     def stale(self) -> bool:
@@ -85,17 +90,20 @@ class RecompilationWarning:
     count: int
     since_step: int
     ranks: tuple[int, ...]
+    causes: tuple[CompileCause, ...] = ()  # the XLA doctor's explanations, most frequent first
 
     @property
     def text(self) -> str:
         plural = "" if self.count == 1 else "s"
         ranks = ", ".join(str(rank) for rank in self.ranks)
         rank_label = "rank" if len(self.ranks) == 1 else "ranks"
-        return (
-            f"{self.count} XLA recompilation{plural} after warm-up since step {self.since_step} "
-            f"({rank_label} {ranks}): input shapes change between steps, and every new shape "
-            f"compiles a new graph. Fix: {_FIX}."
+        headline = f"{self.count} XLA recompilation{plural} after warm-up since step {self.since_step} ({rank_label} {ranks})"
+        if not self.causes:
+            return f"{headline}: input shapes change between steps, and every new shape compiles a new graph. Fix: {_FIX}."
+        explained = " ".join(
+            f"Why: {cause.reason}{f' at {cause.place}' if cause.place else ''}. Fix: {cause.fix}." for cause in self.causes
         )
+        return f"{headline}. {explained}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +129,21 @@ class ProgressSnapshot:
     warmed_up: bool
     recompilation: RecompilationWarning | None
     notices: tuple[str, ...]
+    diagnoses: tuple[Diagnosis, ...] = ()  # the XLA doctor's findings, one per kind and place
+
+    @property
+    def memory(self) -> tuple[int, int] | None:
+        """Device memory (bytes used, limit) of the fullest worker, where devices report it."""
+        readings = [worker.memory for worker in self.workers if worker.memory is not None]
+        return max(readings, key=lambda used_limit: used_limit[0] / max(used_limit[1], 1), default=None)
+
+    @property
+    def cache(self) -> tuple[int, int] | None:
+        """Persistent compilation cache (hits, misses), summed over workers; None when off."""
+        readings = [worker.cache for worker in self.workers if worker.cache is not None]
+        if not readings:
+            return None
+        return sum(hits for hits, _ in readings), sum(misses for _, misses in readings)
 
     @property
     def finished(self) -> bool:
@@ -180,6 +203,7 @@ class ProgressState:
         self._metric_names: dict[str, None] = {}  # an ordered set
         self._workers: dict[int, _Worker] = {}
         self._notices: dict[str, None] = {}
+        self._diagnoses: dict[str, Diagnosis] = {}
         self._compiles = _CompileWatch()
 
     def on_event(self, event: Event) -> None:
@@ -189,6 +213,8 @@ class ProgressState:
         now = self.clock()
         if isinstance(event, Notice):
             self._notices.setdefault(event.text, None)
+        if isinstance(event, Diagnosis):
+            self._diagnoses[event.key] = event  # the freshest evidence, from whichever rank
         rank = getattr(event, "rank", None)
         if rank is None:
             return
@@ -248,6 +274,7 @@ class ProgressState:
             warmed_up=self._compiles.warmed_up(self._step),
             recompilation=self._compiles.warning(),
             notices=tuple(self._notices),
+            diagnoses=tuple(self._diagnoses.values()),
         )
 
     def _on_heartbeat(self, event: Heartbeat, worker: _Worker, now: float) -> None:
@@ -256,6 +283,8 @@ class ProgressState:
             worker.phase = event.phase
         worker.compile_count = event.compile_count
         worker.compile_seconds = event.compile_seconds
+        worker.memory = event.memory
+        worker.cache = event.cache
         if event.rank == 0 and self._first_step_seen:  # before it, rank 0 is still compiling step 1
             self._advance(event.step, now)
             self._set_phase(event.phase)
@@ -340,6 +369,8 @@ class _Worker:
         self.compile_count = 0
         self.compile_seconds = 0.0
         self.failure: str | None = None
+        self.memory: tuple[int, int] | None = None
+        self.cache: tuple[int, int] | None = None
 
     def row(self, rank: int, now: float) -> WorkerRow:
         return WorkerRow(
@@ -351,6 +382,8 @@ class _Worker:
             compile_count=self.compile_count,
             compile_seconds=self.compile_seconds,
             failure=self.failure,
+            memory=self.memory,
+            cache=self.cache,
         )
 
 
@@ -388,6 +421,7 @@ class _CompileWatch:
         self._pending: list[_CompileIncrease] = []
         self._extra_by_rank: dict[int, int] = {}
         self._first_extra_step: int | None = None
+        self._causes: dict[CompileCause, int] = {}  # the doctor's causes of compilations after warm-up -> how often
 
     def on_first_training_step(self, step: int) -> None:
         self._warmup_end = step + WARMUP_STEPS - 1
@@ -405,6 +439,10 @@ class _CompileWatch:
         step = event.step if event.step is not None else rank0_step
         if event.phase == EVAL_PHASE and step is not None:
             self._one_off_steps.add(step)
+        # The doctor explains only compilations after its own warm-up; a heartbeat's
+        # causes may belong to a neighbouring heartbeat's count, so they are pooled.
+        for cause in event.causes:
+            self._causes[cause] = self._causes.get(cause, 0) + 1
         previous = self._last.get(event.rank)
         self._last[event.rank] = (event.compile_count, step)
         # A worker's first heartbeat only sets its baseline: its earlier compilations are start-up.
@@ -430,7 +468,8 @@ class _CompileWatch:
     def warning(self) -> RecompilationWarning | None:
         if self._first_extra_step is None:
             return None
-        return RecompilationWarning(max(self._extra_by_rank.values()), self._first_extra_step, tuple(sorted(self._extra_by_rank)))
+        causes = tuple(sorted(self._causes, key=lambda cause: -self._causes[cause])[:MOST_CAUSES_SHOWN])
+        return RecompilationWarning(max(self._extra_by_rank.values()), self._first_extra_step, tuple(sorted(self._extra_by_rank)), causes)
 
     def _is_recompilation(self, increase: _CompileIncrease) -> bool:
         if self._warmup_end is None or increase.after_step is None or increase.after_step < self._warmup_end:

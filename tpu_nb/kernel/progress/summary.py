@@ -10,9 +10,9 @@ import base64
 import html
 
 from .chart import render_chart
-from .html_parts import STATUS_COLOURS, detail_html, health_html, notices_html, table_html
+from .html_parts import STATUS_COLOURS, detail_html, doctor_html, health_html, notices_html, table_html
 from .state import ProgressSnapshot
-from .text import final_line, final_metrics, format_duration, format_value, health, step_text, workers_text
+from .text import diagnosis_text, final_line, final_metrics, format_duration, format_value, health, step_text, workers_text
 
 SUMMARY_TABLE_ROWS = 100
 
@@ -38,7 +38,7 @@ def render_summary(snapshot: ProgressSnapshot) -> tuple[str, bytes | None]:
         # Frontends show only the richest type of an output (HTML here), so the chart goes in the HTML too.
         encoded = base64.b64encode(png).decode("ascii")
         parts.append(f'<img src="data:image/png;base64,{encoded}" alt="training chart">')
-    parts += [table_html(snapshot, SUMMARY_TABLE_ROWS), health_html(snapshot), notices_html(snapshot.notices)]
+    parts += [table_html(snapshot, SUMMARY_TABLE_ROWS), health_html(snapshot), doctor_html(snapshot), notices_html(snapshot.notices)]
     return f'<div class="tpu-nb-summary">{"".join(parts)}</div>', png
 
 
@@ -63,5 +63,6 @@ def summary_text(snapshot: ProgressSnapshot) -> str:
     if snapshot.detail:
         lines.append(snapshot.detail)
     lines.append(health(snapshot)[1])
+    lines += [f"XLA doctor: {diagnosis_text(diagnosis)}" for diagnosis in snapshot.diagnoses]
     lines += [f"note: {notice}" for notice in snapshot.notices]
     return "\n".join(lines)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Literal, TextIO
 
-from tpu_nb.wire.events import Event
+from tpu_nb.wire.events import Diagnosis, Event
 
 from ..status import RunStatus
 from .state import EVAL_PREFIX, TRAINING_LOSS, WARMUP_STEPS, ProgressSnapshot, ProgressState
@@ -31,6 +31,7 @@ class TextProgress:
         self._line_written_at: float | None = None
         self._notices_written = 0
         self._warning_written = False
+        self._diagnoses_written: set[str] = set()
 
     def on_event(self, event: Event) -> None:
         self.progress.on_event(event)
@@ -58,6 +59,10 @@ class TextProgress:
         if snapshot.recompilation is not None and not self._warning_written:
             self._warning_written = True
             self._write(f"warning: {snapshot.recompilation.text}")
+        for diagnosis in snapshot.diagnoses:
+            if diagnosis.key not in self._diagnoses_written:
+                self._diagnoses_written.add(diagnosis.key)
+                self._write(f"XLA doctor: {diagnosis_text(diagnosis)}")
 
     def _write(self, line: str) -> None:
         self.stream.write(line + "\n")
@@ -116,16 +121,46 @@ def workers_text(snapshot: ProgressSnapshot) -> str:
 
 
 def health(snapshot: ProgressSnapshot) -> tuple[HealthLevel, str]:
-    """The XLA health line: how many compilations, and whether they stopped after warm-up."""
+    """The XLA health line: compilations (stopped after warm-up?), device memory, the compilation cache."""
+    resources = "".join(f"; {part}" for part in (memory_text(snapshot.memory), cache_text(snapshot.cache)) if part)
     if snapshot.recompilation is not None:
-        return "warning", snapshot.recompilation.text
+        return "warning", snapshot.recompilation.text + resources
     count = snapshot.compile_count
     compiled = f"{count} XLA compilation{'' if count == 1 else 's'}"
     if count:
         compiled += f" ({format_duration(snapshot.compile_seconds)} compiling)"
     if snapshot.warmed_up:
-        return "stable", f"{compiled}, stable after warm-up"
-    return "pending", f"{compiled} so far (warm-up: the first {WARMUP_STEPS} steps)"
+        return "stable", f"{compiled}, stable after warm-up{resources}"
+    return "pending", f"{compiled} so far (warm-up: the first {WARMUP_STEPS} steps){resources}"
+
+
+def memory_text(memory: tuple[int, int] | None) -> str | None:
+    if memory is None:
+        return None
+    used, limit = memory
+    return f"device memory {format_bytes(used)} of {format_bytes(limit)} ({used / max(limit, 1):.0%})"
+
+
+def cache_text(cache: tuple[int, int] | None) -> str | None:
+    if cache is None:
+        return None
+    hits, misses = cache
+    return f"compile cache {hits} hit{'' if hits == 1 else 's'}, {misses} miss{'' if misses == 1 else 'es'}"
+
+
+def diagnosis_text(diagnosis: Diagnosis) -> str:
+    """One diagnosis as a paragraph: title, evidence, places, fix."""
+    places = f" At {'; '.join(diagnosis.places)}." if diagnosis.places else ""
+    return f"{diagnosis.title}: {diagnosis.evidence}.{places} Fix: {diagnosis.fix}."
+
+
+def format_bytes(count: float) -> str:
+    """1.5 GiB, 320 MiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.3g} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")
 
 
 def format_duration(seconds: float) -> str:

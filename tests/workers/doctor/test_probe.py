@@ -1,0 +1,137 @@
+"""The XLA doctor in real forked workers on XLA:CPU: a loop that provokes each diagnosis, and a clean one that must not."""
+
+from __future__ import annotations
+
+import inspect
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+import tpu_nb
+from tpu_nb.kernel.errors import WorkerError
+from tpu_nb.workers.doctor.probe import CPU_CACHE_NOTE
+
+
+class SlowDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Each sample takes 10 ms to load: a batch of 16 waits 0.16 s."""
+
+    def __init__(self, data: TensorDataset) -> None:
+        self.data = data
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(0.01)
+        return self.data[index]  # type: ignore[no-any-return]
+
+
+def train(kind: str, epochs: int = 4, pause: float = 0.05) -> int:
+    """A small hand-written loop; `kind` adds one mistake to it."""
+    import torch_xla
+
+    device = torch_xla.device()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    samples = 16 * 20 + 13 if kind == "shapes" else 256
+    data = TensorDataset(torch.randn(samples, 16), torch.randint(0, 2, (samples,)))
+    loader = DataLoader(SlowDataset(data) if kind == "slow" else data, batch_size=16, drop_last=kind != "shapes")
+    step = 0
+    for _ in range(epochs):
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            if kind == "fallback":
+                loss = loss + model(x)[y > 0].sum() * 0  # boolean indexing: a dynamic shape
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            if kind != "no-sync":
+                torch_xla.sync()
+            if kind == "item":
+                print_me = loss.item()  # noqa: F841 - the per-step host sync under test
+            step += 1
+            tpu_nb.report(step=step, loss=loss)
+            time.sleep(pause)
+    return step
+
+
+ITEM_LINE = next(
+    number for number, line in enumerate(inspect.getsourcelines(train)[0], inspect.getsourcelines(train)[1]) if "loss.item()" in line
+)
+SYNC_LINE = next(
+    number for number, line in enumerate(inspect.getsourcelines(train)[0], inspect.getsourcelines(train)[1]) if "torch_xla.sync()" in line
+)
+
+
+def doctor_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith(("XLA doctor:", "warning:"))]
+
+
+def test_a_clean_loop_shows_no_diagnosis(capsys: pytest.CaptureFixture[str]) -> None:
+    assert tpu_nb.launch(train, "clean") == 64
+    assert doctor_lines(capsys) == []
+
+
+def test_a_per_step_item_is_a_host_sync_at_its_line(capsys: pytest.CaptureFixture[str]) -> None:
+    tpu_nb.launch(train, "item")
+    [said] = doctor_lines(capsys)
+    assert said.startswith("XLA doctor: Host syncs: 1.0 reads of a device value per step")
+    assert f"test_probe.py, line {ITEM_LINE}: print_me = loss.item()" in said
+
+
+def test_a_last_partial_batch_is_a_recompilation_with_its_shapes(capsys: pytest.CaptureFixture[str]) -> None:
+    tpu_nb.launch(train, "shapes", 2, 0.1)  # heartbeats (1 s) see warm-up end well before the partial batch (step 21)
+    [said] = doctor_lines(capsys)
+    assert "XLA recompilation after warm-up" in said
+    assert f"input shape changed (batch 13 vs 16) at test_probe.py, line {SYNC_LINE}: torch_xla.sync()" in said
+    assert "drop_last=True" in said
+
+
+def test_boolean_indexing_is_a_cpu_fallback(capsys: pytest.CaptureFixture[str]) -> None:
+    tpu_nb.launch(train, "fallback")
+    fallback = [line for line in doctor_lines(capsys) if "CPU fallbacks" in line]
+    assert len(fallback) == 1 and "aten::nonzero" in fallback[0] and "torch.where" in fallback[0]
+
+
+def test_a_slow_data_loader_is_input_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    tpu_nb.launch(train, "slow", 8, 0.0)
+    [said] = doctor_lines(capsys)
+    assert said.startswith("XLA doctor: Input-bound: the training thread waited for its next batch")
+    assert "MpDeviceLoader" in said
+
+
+def test_a_loop_that_never_syncs_is_told_while_it_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    tpu_nb.launch(train, "no-sync", 3, 0.1)
+    [said] = doctor_lines(capsys)
+    assert said.startswith("XLA doctor: The loop never runs its graph: ")
+    assert "torch_xla.sync()" in said and "MpDeviceLoader" in said
+
+
+def test_the_doctor_can_be_turned_off(capsys: pytest.CaptureFixture[str]) -> None:
+    tpu_nb.launch(train, "item", doctor=False)
+    assert doctor_lines(capsys) == []
+
+
+def out_of_memory() -> None:
+    # What XLA:TPU raises when a program does not fit (the message as TPUs word it).
+    raise RuntimeError(
+        "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 17.55G of 15.48G hbm."
+    )
+
+
+def test_out_of_memory_names_the_sizes_and_the_fixes() -> None:
+    with pytest.raises(WorkerError) as raised:
+        tpu_nb.launch(out_of_memory)
+    advice = raised.value.advice
+    assert advice is not None and "used 17.55G of 15.48G HBM" in advice
+    assert "--spmd" in advice and "bf16" in advice and "gradient checkpointing" in advice
+    assert advice in raised.value._render_traceback_()
+
+
+def test_the_compile_cache_is_skipped_on_xla_cpu_with_a_note(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    assert tpu_nb.launch(train, "clean", 1, 0.0, compile_cache=str(tmp_path)) == 16
+    assert CPU_CACHE_NOTE in capsys.readouterr().err

@@ -1,0 +1,74 @@
+"""How long the training thread waits for its next batch, and the shapes of the batches.
+
+Installed in each worker (a throwaway fork, so wrapping the data loaders'
+`__next__` touches no one else's state). Two clock readings per batch.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..output import thread_rank
+
+Shapes = tuple[tuple[int, ...], ...]
+_MOST_TENSORS = 32
+_MOST_SHAPES = 16
+
+
+class InputWatch:
+    """Seconds the ranks' threads spent waiting in a data loader, and the batch shapes seen."""
+
+    def __init__(self) -> None:
+        self.wait_seconds = 0.0
+        self.shapes: dict[Shapes, None] = {}  # distinct batch shapes, in the order first seen
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        """Wrap torch's DataLoader iterators and torch_xla's MpDeviceLoader (whose thread loads ahead)."""
+        from torch.utils.data import dataloader
+        from torch_xla.distributed import parallel_loader
+
+        for owner in (dataloader._BaseDataLoaderIter, parallel_loader.PerDeviceLoader):
+            owner.__next__ = self._timed(owner.__next__)  # type: ignore[method-assign]
+
+    def _timed(self, next_batch: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        watch = self
+
+        def __next__(iterator: Any) -> Any:
+            started = time.perf_counter()
+            batch = next_batch(iterator)
+            if getattr(thread_rank, "value", None) is not None:  # a rank's training thread, not a loader thread
+                waited = time.perf_counter() - started
+                with watch._lock:
+                    watch.wait_seconds += waited
+            watch._saw(batch)
+            return batch
+
+        return __next__
+
+    def _saw(self, batch: Any) -> None:
+        shapes = shapes_of(batch)
+        if shapes and shapes not in self.shapes:
+            with self._lock:
+                if len(self.shapes) >= _MOST_SHAPES:
+                    del self.shapes[next(reversed(self.shapes))]  # keep the first, make room for the newest
+                self.shapes[shapes] = None
+
+    def seen(self) -> tuple[float, tuple[Shapes, ...]]:
+        """Seconds waited so far, and the distinct batch shapes (read from another thread)."""
+        with self._lock:
+            return self.wait_seconds, tuple(self.shapes)
+
+
+def shapes_of(batch: Any) -> Shapes:
+    """The shapes of the tensors at the top level of a batch (a tensor, a tuple/list, a dict)."""
+    if isinstance(batch, dict):
+        values = list(batch.values())
+    elif isinstance(batch, (tuple, list)):
+        values = list(batch)
+    else:
+        values = [batch]
+    return tuple(tuple(value.shape) for value in values[:_MOST_TENSORS] if hasattr(value, "shape"))

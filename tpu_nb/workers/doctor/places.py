@@ -1,0 +1,70 @@
+"""A frame of the user's code, named the way the notebook names it: "In [4], line 7: loss.item()"."""
+
+from __future__ import annotations
+
+import linecache
+import re
+import sys
+import sysconfig
+from collections.abc import Iterable
+from pathlib import Path
+
+from .analysis_log import Frame
+
+_LIBRARY_DIRS = tuple(
+    {
+        str(Path(path).resolve())
+        for path in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])
+    }
+)
+_TPU_NB_DIR = str(Path(__file__).resolve().parents[2])
+_IPYTHON_7_CELL = re.compile(r"<ipython-input-(\d+)-")  # IPython 7.x names a cell's code this way
+_LONGEST_SOURCE = 80
+
+
+def first_user_frame(frames: Iterable[Frame]) -> Frame | None:
+    """The innermost frame in the user's code (a notebook cell or their own module), if any."""
+    for frame in frames:
+        if not _is_library(frame.filename):
+            return frame
+    return None
+
+
+def describe(frame: Frame) -> str:
+    """ "In [4], line 7: loss.item()" for a cell, "train.py, line 7: ..." for a file."""
+    source = linecache.getline(frame.filename, frame.line).strip()
+    if len(source) > _LONGEST_SOURCE:
+        source = source[: _LONGEST_SOURCE - 1] + "…"
+    where = f"{_file_label(frame.filename)[:_LONGEST_SOURCE]}, line {frame.line}"
+    return f"{where}: {source}" if source else where
+
+
+def _file_label(filename: str) -> str:
+    match = _IPYTHON_7_CELL.search(filename)
+    if match:
+        return f"In [{match.group(1)}]"
+    shell = _shell()
+    format_code_name = getattr(getattr(shell, "compile", None), "format_code_name", None)  # IPython 8+
+    label = format_code_name(filename) if format_code_name is not None else None
+    if label:  # ("Cell", "In[4]")
+        return label[1].replace("In[", "In [")  # type: ignore[no-any-return]
+    return Path(filename).name
+
+
+def is_tpu_nb(filename: str) -> bool:
+    return filename.startswith(_TPU_NB_DIR)
+
+
+def _is_library(filename: str) -> bool:
+    if filename.startswith("<frozen") or is_tpu_nb(filename):
+        return True
+    return filename.startswith(_LIBRARY_DIRS) or "/site-packages/" in filename or "/dist-packages/" in filename
+
+
+def _shell() -> object | None:
+    """The notebook's shell, forked with the worker (it knows which file holds which cell)."""
+    if "IPython" not in sys.modules:
+        return None
+    from IPython.core.interactiveshell import InteractiveShell
+
+    return InteractiveShell.instance() if InteractiveShell.initialized() else None

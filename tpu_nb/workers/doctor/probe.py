@@ -1,0 +1,123 @@
+"""The XLA doctor's glue in a worker: set up before XLA starts, read at each heartbeat.
+
+Everything here runs once per worker or on the heartbeat thread (about once
+a second): reading counters and a log file adds no graph execution and no
+host transfer to the training step.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tpu_nb.wire.events import CompileCause, Diagnosis
+
+from .analysis_log import AnalysisLog
+from .findings import Doctor, Reading
+from .host_reads import HostReadWatch
+from .input_watch import InputWatch
+
+_HOST_READ_COUNTER = "aten::_local_scalar_dense"
+_EXECUTION_COUNTERS = ("ExecuteComputation", "ExecuteReplicated")
+
+CPU_CACHE_NOTE = (
+    "compile cache skipped: XLA:CPU cannot load the programs it caches (they fail to deserialize); --compile-cache takes effect on TPU."
+)
+
+
+def analyse_compilations(run_dir: Path, rank: int) -> Path | None:
+    """Ask torch_xla to explain every compilation into a file of this rank's (before its first compilation).
+
+    torch_xla reads PT_XLA_DEBUG_LEVEL when it first compiles, so setting it
+    here, after the fork, is in time. A user who set it or PT_XLA_DEBUG_FILE
+    keeps their settings, and the doctor goes without the analysis.
+    """
+    if "PT_XLA_DEBUG_LEVEL" in os.environ or "PT_XLA_DEBUG_FILE" in os.environ:
+        return None
+    path = run_dir / f"xla-analysis-rank{rank}.txt"
+    os.environ["PT_XLA_DEBUG_LEVEL"] = "1"
+    os.environ["PT_XLA_DEBUG_FILE"] = str(path)
+    return path
+
+
+def start_compile_cache(directory: str, rank: int) -> str | None:
+    """Turn on XLA's persistent compilation cache in `directory`/rank<N>; a note for the user if it cannot be."""
+    import torch_xla.runtime as xr
+
+    if xr.device_type() == "CPU":
+        return CPU_CACHE_NOTE
+    path = Path(directory).expanduser() / f"rank{rank}"
+    path.mkdir(parents=True, exist_ok=True)
+    xr.initialize_cache(str(path), readonly=False)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Checkup:
+    """What the heartbeat sends: causes of recent compilations, diagnoses, memory and cache figures."""
+
+    causes: tuple[CompileCause, ...]
+    diagnoses: tuple[Diagnosis, ...]
+    memory: tuple[int, int] | None
+    cache: tuple[int, int] | None
+
+
+class WorkerDoctor:
+    """One per worker process: watches its inputs and reads XLA's counters at each heartbeat."""
+
+    def __init__(self, rank: int, device: Any, analysis: Path | None, cache_on: bool) -> None:
+        self._doctor = Doctor(rank)
+        self._log = AnalysisLog(analysis) if analysis is not None else None
+        self._device = device
+        self._memory_readable = True
+        self._cache_on = cache_on
+        self._lock = threading.Lock()  # the heartbeat thread and the rank's final check-up
+        self.inputs = InputWatch()
+        self.inputs.install()
+        self.reads = HostReadWatch()
+        self.reads.install()
+
+    def check(self, step: int, own_reads: int) -> Checkup:
+        with self._lock:
+            return self._check(step, own_reads)
+
+    def _check(self, step: int, own_reads: int) -> Checkup:
+        import torch_xla.debug.metrics as met
+
+        names = met.counter_names()
+        counts = {name: met.counter_value(name) or 0 for name in names if name.startswith("aten::")}
+        waited, shapes = self.inputs.seen()
+        reading = Reading(
+            step=step,
+            seconds=time.monotonic(),
+            executions=sum(met.counter_value(name) or 0 for name in _EXECUTION_COUNTERS if name in names),
+            host_reads=counts.pop(_HOST_READ_COUNTER, 0),
+            own_reads=own_reads + self.reads.library_reads,
+            fallbacks=counts,
+            input_wait=waited,
+            compilations=tuple(self._log.read_new()) if self._log is not None else (),
+            shapes=shapes,
+            read_places=self.reads.places(),
+        )
+        examination = self._doctor.examine(reading)
+        cache = None
+        if self._cache_on:
+            cache = (met.counter_value("PersistentCacheHit") or 0, met.counter_value("PersistentCacheMiss") or 0)
+        return Checkup(examination.causes, examination.diagnoses, self._memory(), cache)
+
+    def _memory(self) -> tuple[int, int] | None:
+        """(bytes used, bytes limit) of this worker's device; None where the device does not say (XLA:CPU)."""
+        if not self._memory_readable:
+            return None
+        import torch_xla.core.xla_model as xm
+
+        try:
+            info = xm.get_memory_info(self._device)
+        except RuntimeError:  # "UNIMPLEMENTED: GetAllocatorStats is not supported" (XLA:CPU)
+            self._memory_readable = False
+            return None
+        return int(info["bytes_used"]), int(info["bytes_limit"])
