@@ -1,7 +1,7 @@
-"""What the quick-start notebook must show in any frontend: the dashboard finished, its chart, a model that learned.
+"""What the quick-start notebook must show in any frontend once it ran: one summary of the run, a model that learned.
 
-ipywidgets 7 and 8 both render a progress bar as `.widget-hprogress` holding
-a `.progress-bar`, and an Image widget as an `<img>`.
+The live dashboard (ipywidgets) is replaced in place by the static summary
+when the run ends, so the cell shows the summary and no widget view.
 """
 
 from __future__ import annotations
@@ -12,27 +12,43 @@ from playwright.sync_api import Locator, Page, expect
 
 # Plain groups: playwright hands the pattern to JavaScript, which has no (?P<name>...).
 ACCURACY_LINE = re.compile(r"accuracy before: ([\d.]+), after: ([\d.]+)")
+SCREEN_HEIGHT = 900  # px: the summary fits one screen of a 1400x900 window
+AA_CONTRAST = 4.5
 
 
-def assert_progress_finished(dashboard: Locator) -> None:
-    """The ipywidgets IntProgress rendered, green ("success") and full."""
-    progress = dashboard.locator(".widget-hprogress")
-    expect(progress).to_be_visible()
-    bar = progress.locator(".progress-bar")
-    expect(bar).to_have_class(re.compile(r"\bprogress-bar-success\b"))
-    assert bar.evaluate("element => element.style.width") == "100%"
+def the_summary(outputs: Locator, page: Page) -> Locator:
+    """The one run summary among `outputs`, with no dashboard widget left beside it."""
+    summary = outputs.locator(".tpu-nb-summary")
+    expect(summary, "the %%tpu_train cell shows exactly one summary of the run").to_have_count(1, timeout=60_000)
+    expect(outputs.locator(".widget-hprogress"), "the live dashboard was replaced, not kept").to_have_count(0)
+    expect(summary.locator(".tpu-nb-pill").first).to_have_text("done")
+    return summary
 
 
-def assert_chart_drawn(dashboard: Locator, page: Page) -> None:
-    """The dashboard's chart (an ipywidgets Image) shows a decoded PNG."""
-    chart = dashboard.locator("img")
+def assert_chart_drawn(summary: Locator, page: Page) -> None:
+    """The summary's chart shows a decoded PNG."""
+    chart = summary.locator("img")
     expect(chart).to_have_count(1)
     expect(chart).to_be_visible()
     source = chart.get_attribute("src") or ""
-    assert source.startswith(("blob:", "data:image/png")), f"unexpected chart source {source[:60]!r}"
+    assert source.startswith("data:image/png"), f"unexpected chart source {source[:60]!r}"
     page.wait_for_function("image => image.complete", arg=chart.element_handle(), timeout=10_000)
     width, height = chart.evaluate("image => [image.naturalWidth, image.naturalHeight]")
     assert width > 0 and height > 0, "the chart image did not decode"
+
+
+def assert_fits_one_screen(summary: Locator) -> float:
+    """The summary's rendered height, under one 900 px screen."""
+    height = summary.evaluate("element => element.getBoundingClientRect().height")
+    assert 0 < height < SCREEN_HEIGHT, f"the summary is {height:.0f} px tall"
+    return float(height)
+
+
+def assert_text_contrast(summary: Locator) -> float:
+    """The summary's text against the background it is drawn on, at WCAG AA (4.5:1) or better."""
+    ratio = summary.evaluate(CONTRAST_JS)
+    assert ratio >= AA_CONTRAST, f"text contrast {ratio:.2f}:1"
+    return float(ratio)
 
 
 def assert_model_learned(outputs: Locator) -> None:
@@ -43,3 +59,25 @@ def assert_model_learned(outputs: Locator) -> None:
     assert match is not None
     before, after = float(match[1]), float(match[2])
     assert after > before, f"accuracy did not improve: before {before}, after {after}"
+
+
+# The computed text colour of the summary and the first opaque background
+# behind it (walking up the page), as a WCAG contrast ratio.
+CONTRAST_JS = """
+(element) => {
+  const rgb = (text) => (text.match(/[\\d.]+/g) || []).map(Number);
+  const luminance = ([r, g, b]) => {
+    const channel = (value) => { value /= 255; return value <= 0.03928 ? value / 12.92 : ((value + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b);
+  };
+  const text = rgb(getComputedStyle(element).color);
+  let node = element, background = [255, 255, 255];
+  while (node) {
+    const colour = rgb(getComputedStyle(node).backgroundColor);
+    if (colour.length === 3 || (colour.length === 4 && colour[3] > 0.5)) { background = colour.slice(0, 3); break; }
+    node = node.parentElement;
+  }
+  const [light, dark] = [luminance(text), luminance(background)].sort((a, b) => b - a);
+  return (light + 0.05) / (dark + 0.05);
+}
+"""

@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("playwright.sync_api", reason="needs playwright: `pip install playwright` (never `playwright install`)")
 
 from classic_page import open_notebook, run_all_cells, save_notebook
-from dashboard_checks import assert_chart_drawn, assert_model_learned, assert_progress_finished
+from dashboard_checks import assert_chart_drawn, assert_fits_one_screen, assert_model_learned, the_summary
 from playwright.sync_api import Page, expect
 from servers import CHROMIUM, REPO, NotebookServer, start_classic_notebook, stop_server
 
@@ -67,11 +67,9 @@ def test_quickstart_runs_with_ipywidgets_7(classic_notebook: NotebookServer, pag
     failures = notebook.locator(".output_area").filter(has_text=FAILURE_TEXT)
     assert failures.count() == 0, "failure shown in the page:\n" + "\n\n".join(failures.all_inner_texts())
 
-    dashboard = notebook.locator(".output_area").filter(has=page.locator(".widget-hprogress"))
-    # Generous: under load (2 cores) the classic Notebook draws widget views late.
-    expect(dashboard, "the %%tpu_train cell shows exactly one dashboard").to_have_count(1, timeout=60_000)
-    assert_progress_finished(dashboard)
-    assert_chart_drawn(dashboard, page)
+    summary = the_summary(notebook.locator(".output_area"), page)
+    assert_chart_drawn(summary, page)
+    assert_fits_one_screen(summary)
     assert_model_learned(notebook.locator(".output_area"))
 
     save_notebook(page)

@@ -1,7 +1,9 @@
 """The quick-start notebook, run in JupyterLab in a real (headless) Chromium, as a person would.
 
-Checks what the page shows: no error output, the dashboard's progress bar
-finished at 100%, its chart drawn, and a model that learned something.
+Checks what the page shows: no error output, one summary of the run in the
+dashboard's place (chart drawn, under one screen at 1400x900, readable in
+the light and the dark theme), and a model that learned something.
+Screenshots of both themes are saved under build/ for people to look at.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ pytest.importorskip(
 )
 pytest.importorskip("jupyterlab", reason="needs JupyterLab 4: `pip install 'jupyterlab>=4,<5'`")
 
-from dashboard_checks import assert_chart_drawn, assert_model_learned, assert_progress_finished
+from dashboard_checks import assert_chart_drawn, assert_fits_one_screen, assert_model_learned, assert_text_contrast, the_summary
 from lab_page import open_notebook, run_all_cells, save_notebook, screenshot_whole_notebook
 from playwright.sync_api import Locator, Page, expect
 from servers import CHROMIUM, REPO, NotebookServer
@@ -26,6 +28,7 @@ if not CHROMIUM.exists():
 
 NOTEBOOK = "01_quickstart.ipynb"
 SCREENSHOT = REPO / "build" / "browser_quickstart.png"
+DARK_SCREENSHOT = REPO / "build" / "browser_quickstart_dark.png"
 RUN_ALL_MS = 150_000  # the %%tpu_train cell takes 15-30 s on XLA:CPU; the rest a few seconds
 FAILURE_TEXT = re.compile(r"Traceback \(most recent call last\)|UsageError: ")
 
@@ -40,11 +43,21 @@ def test_quickstart_runs_in_jupyterlab(jupyterlab: NotebookServer, page: Page) -
         screenshot_whole_notebook(page, panel, SCREENSHOT)
 
     assert_every_cell_ran_without_error(panel, jupyterlab, page)
-    dashboard = panel.locator(".jp-OutputArea-output").filter(has=page.locator(".widget-hprogress"))
-    expect(dashboard, "the %%tpu_train cell shows exactly one dashboard").to_have_count(1)
-    assert_progress_finished(dashboard)
-    assert_chart_drawn(dashboard, page)
-    assert_model_learned(panel.locator(".jp-OutputArea-output"))
+    outputs = panel.locator(".jp-OutputArea-output")
+    summary = the_summary(outputs, page)
+    assert_chart_drawn(summary, page)
+    assert_model_learned(outputs)
+    page.set_viewport_size({"width": 1400, "height": 900})
+    summary.scroll_into_view_if_needed()
+    assert_fits_one_screen(summary)
+    assert_text_contrast(summary)
+
+    page.get_by_role("menuitem", name="Settings", exact=True).click()
+    page.locator(".lm-Menu-item", has_text=re.compile(r"^Theme$")).hover()
+    page.get_by_role("menuitem", name="JupyterLab Dark", exact=True).click()
+    expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false")
+    screenshot_whole_notebook(page, panel, DARK_SCREENSHOT)
+    assert_text_contrast(summary)
 
 
 def assert_every_cell_ran_without_error(panel: Locator, jupyterlab: NotebookServer, page: Page) -> None:

@@ -52,6 +52,8 @@ def test_a_default_trainer_reports_live_and_ends_with_a_static_summary(kernel: K
 
     summaries = [output for output in cell.outputs if "image/png" in output.get("data", {})]
     assert len(summaries) == 1
+    # The summary took the dashboard's place: the saved cell holds one view of the run, no widget.
+    assert not [output for output in cell.outputs if "application/vnd.jupyter.widget-view+json" in output.get("data", {})]
     summary = summaries[0].data
     assert "done" in summary["text/plain"] and "24/24" in summary["text/plain"]
     assert "<table" in summary["text/html"]
@@ -93,3 +95,22 @@ def test_static_shapes_do_not_warn(kernel: Kernel) -> None:
     health = health_text(kernel)
     assert "stable after warm-up" in health
     assert "pad inputs" not in health
+
+
+def test_printed_text_goes_below_the_run_summary(kernel: Kernel) -> None:
+    kernel.run("%load_ext tpu_nb\nimport time, torch", allow_errors=False)
+    cell = kernel.run(
+        "%%tpu_train --all-ranks-output\n"
+        "for step in range(1, 31):\n"
+        "    print(f'line {step}')\n"
+        "    report(step=step, loss=1.0 / step, max_steps=30)\n"
+        "    time.sleep(0.02)\n",
+        timeout=300,
+    )
+    assert not errors_of(cell), text_of(cell)
+    kinds = [
+        "summary" if "tpu-nb-summary" in output.get("data", {}).get("text/html", "") else output.output_type for output in cell.outputs
+    ]
+    assert kinds[0] == "summary" and kinds.count("summary") == 1, kinds
+    assert set(kinds[1:]) == {"stream"}
+    assert "line 30" in text_of(cell)

@@ -33,10 +33,9 @@ class RecordedDisplays:
         self.outputs: list[Any] = []
 
     def __call__(self, *objects: Any, display_id: bool | str | None = None, raw: bool = False) -> Any:
-        if display_id is True and not objects:
-            self.outputs.append(None)  # an empty slot, filled by its handle's update()
-            return _Slot(self, len(self.outputs) - 1)
         self.outputs.extend(objects)
+        if display_id is True:
+            return _Slot(self, len(self.outputs) - 1)  # its update() replaces the output in place
         return None
 
 
@@ -135,7 +134,9 @@ def test_shows_training_as_it_happens(dashboard: Dashboard, clock: FakeClock) ->
     assert "<th" in dashboard.table.value and "Training Loss" in dashboard.table.value
     assert "<td" in dashboard.table.value and "0.15" in dashboard.table.value  # the loss at step 20
     assert "xla:1" in dashboard.worker_rows.value
-    assert "3 XLA compilations" in dashboard.health.value and "stable after warm-up" in dashboard.health.value
+    assert '<details class="tpu-nb-details">' in dashboard.worker_rows.value  # closed: all is well
+    assert "3 compilations, stable · workers 2/2" in dashboard.health.value
+    assert "3 XLA compilations" in dashboard.worker_rows.value  # redrawn seldom: opening it lasts
     assert "fused AdamW fails on XLA" in dashboard.notices.value
 
 
@@ -163,7 +164,7 @@ def test_chart_is_rendered_at_most_once_a_second(dashboard: Dashboard, clock: Fa
 def test_display_shows_the_widget_once(dashboard: Dashboard, displays: RecordedDisplays) -> None:
     dashboard.display()
     dashboard.display()
-    assert displays.outputs == [dashboard.widget, None]
+    assert displays.outputs == [dashboard.widget]
 
 
 def test_finish_done_fills_the_bar_and_adds_a_static_summary(dashboard: Dashboard, clock: FakeClock, displays: RecordedDisplays) -> None:
@@ -175,8 +176,8 @@ def test_finish_done_fills_the_bar_and_adds_a_static_summary(dashboard: Dashboar
     assert (dashboard.progress_bar.value, dashboard.progress_bar.max) == (50, 50)
     assert dashboard.progress_bar.bar_style == "success"
     assert "done" in dashboard.status.value
-    widget, summary = displays.outputs
-    assert widget is dashboard.widget  # kept, not closed
+    (summary,) = displays.outputs  # the summary took the dashboard's place: one view of the run
+    assert all(part.comm is None for part in (dashboard.widget, dashboard.progress_bar, dashboard.chart))  # closed
     assert set(summary) == {"text/html", "text/plain", "image/png"}
     assert "tpu-nb-summary" in summary["text/html"]
     assert base64.b64decode(summary["image/png"]).startswith(PNG_SIGNATURE)
@@ -222,9 +223,11 @@ def test_silent_workers_are_highlighted(dashboard: Dashboard, clock: FakeClock) 
         clock.advance(1.0)
         dashboard.on_event(Heartbeat(0, 5, "train", 3, 20.0))
 
+    assert '<details class="tpu-nb-details" open>' in dashboard.worker_rows.value  # opened by itself
     rows = dashboard.worker_rows.value.split("<tr>")[2:]
-    assert "font-weight:bold" not in rows[0]
-    assert "32s ago" in rows[1] and "font-weight:bold" in rows[1]
+    assert "tpu-nb-pill" not in rows[0]
+    assert "s ago" in rows[1] and "tpu-nb-pill" in rows[1]
+    assert "rank 1 silent 32s" in dashboard.health.value
 
 
 def test_recompilation_warning_is_shown(dashboard: Dashboard, clock: FakeClock) -> None:
@@ -235,9 +238,10 @@ def test_recompilation_warning_is_shown(dashboard: Dashboard, clock: FakeClock) 
         dashboard.on_event(Progress(0, step, {}, max_steps=50))
         for rank in (0, 1):
             dashboard.on_event(Heartbeat(rank, step, "train", 3 + step - 10, 20.0))
-    assert "tpu-nb-xla-warning" in dashboard.health.value
-    assert "recompilations after warm-up since step 11" in dashboard.health.value
-    assert "padding=&#x27;max_length&#x27;" in dashboard.health.value
+    assert "tpu-nb-xla-warning" in dashboard.health.value and "recompiling: " in dashboard.health.value
+    assert '<details class="tpu-nb-details" open>' in dashboard.worker_rows.value
+    assert "after warm-up since step 11" in dashboard.worker_rows.value
+    assert "padding=&#x27;max_length&#x27;" in dashboard.worker_rows.value
 
 
 def test_a_failing_chart_warns_and_training_goes_on(dashboard: Dashboard, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -261,4 +265,4 @@ def test_make_display_picks_widgets_in_a_kernel_and_text_elsewhere(displays: Rec
     monkeypatch.setattr(IPython, "get_ipython", lambda: object.__new__(ZMQInteractiveShell))
     dashboard = make_display("%%tpu_train", "CPU", 1)
     assert isinstance(dashboard, Dashboard)
-    assert displays.outputs == [dashboard.widget, None]
+    assert displays.outputs == [dashboard.widget]

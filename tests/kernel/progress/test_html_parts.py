@@ -6,7 +6,7 @@ import re
 
 from support.finished_runs import finished_run, training_metrics
 
-from tpu_nb.kernel.progress.html_parts import table_html
+from tpu_nb.kernel.progress.html_parts import HEALTH_COLOURS, OTHER_PHASE_COLOUR, PHASE_COLOURS, PILL_TEXT, table_html
 
 
 def test_table_is_trainer_style() -> None:
@@ -24,3 +24,17 @@ def test_long_tables_show_the_last_rows() -> None:
     table = table_html(snapshot, max_rows=10)
     assert "the last 10 of 30 logged rows" in table
     assert re.findall(r"<tr><td[^>]*>(\d+)</td>", table) == [str(step) for step in range(21, 31)]
+
+
+def relative_luminance(colour: str) -> float:
+    """WCAG 2's relative luminance of a #rrggbb colour."""
+    channels = [int(colour[index : index + 2], 16) / 255 for index in (1, 3, 5)]
+    red, green, blue = (value / 12.92 if value <= 0.03928 else ((value + 0.055) / 1.055) ** 2.4 for value in channels)
+    return 0.2126 * red + 0.7152 * green + 0.0722 * blue
+
+
+def test_every_pill_reads_at_aa_contrast_in_any_theme() -> None:
+    text = relative_luminance(PILL_TEXT)
+    for colour in {*PHASE_COLOURS.values(), *HEALTH_COLOURS.values(), OTHER_PHASE_COLOUR}:
+        background = relative_luminance(colour)
+        assert (max(text, background) + 0.05) / (min(text, background) + 0.05) >= 4.5, colour

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+from dataclasses import replace
 from typing import Any
 
 import IPython.display
@@ -11,7 +12,8 @@ import pytest
 from support.finished_runs import PNG_SIGNATURE, finished_run, training_metrics
 
 from tpu_nb.kernel.progress.chart import render_chart
-from tpu_nb.kernel.progress.summary import display_summary, render_summary, summary_bundle
+from tpu_nb.kernel.progress.summary import SUMMARY_TABLE_ROWS, display_summary, render_summary, summary_bundle
+from tpu_nb.wire.events import Diagnosis
 
 HOSTILE = "<script>alert('x')</script> & co"
 
@@ -65,3 +67,22 @@ def test_display_summary_is_one_output_with_html_png_and_text(monkeypatch: pytes
         "%%tpu_train timeout after 30s | step 30/30 (100%) | loss 0.06667 | eval_loss 0.03333 | eval_accuracy 0.75 | compilations: 4",
         "timed out after 30 s",
     ]
+
+
+def test_the_summary_is_compact_the_chart_beside_the_last_rows_and_all_rows_a_click_away() -> None:
+    metrics = {step: {"loss": 1.0 / step} for step in range(1, 31)}
+    summary_html, _ = render_summary(finished_run(metrics))
+    visible, _, rest = summary_html.partition('<details class="tpu-nb-all-rows">')
+    assert visible.count("<tr>") == SUMMARY_TABLE_ROWS + 1  # header and the last rows
+    assert "the last 8 of 30 logged rows" in text_of(visible)
+    assert rest.partition("</details>")[0].count("<tr>") == 31  # the header and every row, in a closed section
+    assert 'style="display:flex;flex-wrap:wrap' in visible and visible.index("<img") < visible.index("tpu-nb-metrics")
+    assert '<details class="tpu-nb-details">' in summary_html  # workers and XLA: closed, all is well
+
+
+def test_the_workers_and_xla_section_is_open_when_the_doctor_found_something() -> None:
+    finding = Diagnosis(0, "host-reads", "Host syncs", "1.0 reads per step", ("In [3], line 9: loss.item()",), "report(loss=...)", 30)
+    summary_html, _ = render_summary(replace(finished_run(training_metrics()), diagnoses=(finding,)))
+    assert '<details class="tpu-nb-details" open>' in summary_html
+    assert "XLA doctor: 1 finding" in text_of(summary_html)
+    assert "In [3], line 9: loss.item()" in summary_html

@@ -1,7 +1,16 @@
-"""The live training dashboard: core ipywidgets, refreshed as worker events arrive.
+"""The live training dashboard: core ipywidgets, refreshed as worker events arrive; one summary at the end.
 
 Only core widgets (no custom widget manager, so Colab renders it too), and
-throttled refreshes: this runs in the kernel while training.
+throttled refreshes: this runs in the kernel while training. The layout
+fits one screen: status and bar; the chart beside the latest logged values;
+one health line, with workers and XLA details that open by themselves when
+something needs attention. The whole dashboard is shown under a display id
+and replaced by the static summary when the run ends, so the live page, a
+saved notebook and an export all show one view of the run.
+
+While a foreground run trains, the kernel handles no widget messages, so
+every control is plain HTML the browser runs by itself (`<details>`); such
+a part is redrawn only now and then, so that opening it lasts.
 """
 
 from __future__ import annotations
@@ -18,7 +27,20 @@ from tpu_nb.wire.events import Event
 
 from ..status import RunStatus
 from .chart import render_chart
-from .html_parts import STATUS_COLOURS, detail_html, doctor_html, health_html, notices_html, table_html
+from .html_parts import (
+    detail_html,
+    details_html,
+    doctor_html,
+    health_html,
+    health_line_html,
+    history_html,
+    needs_attention,
+    notices_html,
+    phase_colour,
+    pill,
+    table_html,
+    workers_html,
+)
 from .state import MetricRow, ProgressSnapshot, ProgressState
 from .summary import display_summary, summary_bundle
 from .text import format_duration, format_rate, step_text, workers_text
@@ -27,22 +49,15 @@ STATUS_REFRESH_SECONDS = 0.25
 CHART_REFRESH_SECONDS = 1.0
 CHART_TIME_SHARE = 0.1
 """On a slow kernel the chart is redrawn less often, to take at most this share of its time."""
-LIVE_TABLE_ROWS = 20
-
-_PHASE_COLOURS = {
-    "starting": "#607d8b",
-    "compiling": "#6a1b9a",
-    "training": "#1565c0",
-    "evaluating": "#00838f",
-    **STATUS_COLOURS,
-}
-_OTHER_PHASE_COLOUR = "#455a64"  # a worker phase without a colour of its own
+DETAILS_REFRESH_SECONDS = 10.0
+"""Collapsible parts (all logged rows; workers and XLA) are redrawn this seldom, unless their state changes."""
+LIVE_TABLE_ROWS = 8
+LIVE_HISTORY_ROWS = 500
 _BAR_STYLES = {"done": "success", "failed": "danger", "interrupted": "warning", "timeout": "warning", "stopped": "warning"}
-_CELL = "padding:1px 10px;text-align:left"
 
 
 class Dashboard:
-    """Status line, progress bar, chart, metrics table, workers, XLA health and notices."""
+    """Status, progress bar, chart beside the latest values, one health line with details that open on problems."""
 
     def __init__(self, progress: ProgressState) -> None:
         self.progress = progress
@@ -50,42 +65,43 @@ class Dashboard:
         self.progress_bar = widgets.IntProgress(min=0, max=1, value=0, layout=widgets.Layout(width="60%"))
         self.step_label = widgets.Label()
         self.detail = widgets.HTML()
-        self.chart = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="100%", align_self="flex-start"))
+        self.chart = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="62%", align_self="flex-start"))
         self.table = widgets.HTML()
-        self.worker_rows = widgets.HTML()
+        self.history = widgets.HTML()
         self.health = widgets.HTML()
+        self.worker_rows = widgets.HTML()  # workers and the XLA details, in a <details> that opens on problems
         self.notices = widgets.HTML()
+        values = widgets.VBox([self.table, self.history], layout=widgets.Layout(flex="1 1 280px", margin="0 0 0 12px"))
         self.widget = widgets.VBox(
             [
                 self.status,
                 widgets.HBox([self.progress_bar, self.step_label]),
                 self.detail,
-                self.chart,
-                self.table,
-                self.worker_rows,
+                widgets.HBox([self.chart, values], layout=widgets.Layout(flex_flow="row wrap", align_items="flex-start")),
                 self.health,
+                self.worker_rows,
                 self.notices,
             ]
         )
         self._status_refreshed_at = -math.inf
         self._chart_refreshed_at = -math.inf
+        self._details_refreshed_at = -math.inf
+        self._details_open: bool | None = None
         self._chart_interval = CHART_REFRESH_SECONDS
         self._charted_row: MetricRow | None = None  # the newest history row drawn / tabled so far
         self._tabled_row: MetricRow | None = None
         self._chart_failed = False
         self._shown = False
-        self._summary_slot: ipython_display.DisplayHandle | None = None  # None outside IPython
+        self._handle: ipython_display.DisplayHandle | None = None  # None until shown, and outside IPython
         self._refresh_text(progress.snapshot())
 
     def display(self) -> None:
-        """Show the dashboard in the current cell (once), with a slot below it for the summary."""
+        """Show the dashboard in the current cell (once), under a display id the summary will take over."""
         if self._shown:
             return
         self._shown = True
-        ipython_display.display(self.widget)
-        # An empty output with a display_id: finish() fills it in place, below the
-        # widget, even from a background run's helper thread after the cell ended.
-        self._summary_slot = ipython_display.display(display_id=True)
+        # finish() replaces this output in place, even from a background run's helper thread after the cell ended.
+        self._handle = ipython_display.display(self.widget, display_id=True)
 
     def on_event(self, event: Event) -> None:
         self.progress.on_event(event)
@@ -103,17 +119,19 @@ class Dashboard:
             self._refresh_chart(snapshot)
 
     def finish(self, status: RunStatus, detail: str | None = None) -> None:
-        """Show the final state (unthrottled), then the static summary below the widget."""
+        """The final state, then the static summary in the dashboard's place (its widgets closed)."""
         self.progress.finish(status, detail)
         snapshot = self.progress.snapshot()
-        self._refresh_text(snapshot)
+        self._refresh_text(snapshot, final=True)
         self._refresh_chart(snapshot)
-        if self._summary_slot is not None:
-            self._summary_slot.update(summary_bundle(snapshot), raw=True)
-        else:
+        if self._handle is None:
             display_summary(snapshot)
+            return
+        self._handle.update(summary_bundle(snapshot), raw=True)
+        for part in _tree(self.widget):
+            part.close()
 
-    def _refresh_text(self, snapshot: ProgressSnapshot) -> None:
+    def _refresh_text(self, snapshot: ProgressSnapshot, final: bool = False) -> None:
         self.status.value = _status_html(snapshot)
         maximum = snapshot.max_steps or 1
         if snapshot.phase == "done":
@@ -127,20 +145,36 @@ class Dashboard:
             self.progress_bar.value = value
             self.progress_bar.bar_style = _BAR_STYLES.get(snapshot.phase, "")
         self.step_label.value = step_text(snapshot)
-        colour = _phase_colour(snapshot.phase)
+        colour = phase_colour(snapshot.phase)
         if snapshot.detail:
             self.detail.value = detail_html(snapshot.detail, colour)
         elif snapshot.failures:
-            self.detail.value = detail_html("\n".join(snapshot.failures), _PHASE_COLOURS["failed"])
+            self.detail.value = detail_html("\n".join(snapshot.failures), phase_colour("failed"))
         else:
             self.detail.value = ""
-        self.worker_rows.value = _workers_html(snapshot)
-        self.health.value = health_html(snapshot) + doctor_html(snapshot)
+        self.health.value = health_line_html(snapshot)
         self.notices.value = notices_html(snapshot.notices)
         newest = snapshot.history[-1] if snapshot.history else None
         if newest is not self._tabled_row:
             self._tabled_row = newest
             self.table.value = table_html(snapshot, LIVE_TABLE_ROWS)
+        self._refresh_details(snapshot, final)
+
+    def _refresh_details(self, snapshot: ProgressSnapshot, final: bool) -> None:
+        """The collapsible parts: redrawn seldom (a redraw closes what the user opened), at once when they must open."""
+        attention = needs_attention(snapshot)
+        now = self.progress.clock()
+        if not final and attention == self._details_open and now - self._details_refreshed_at < DETAILS_REFRESH_SECONDS:
+            return
+        self._details_refreshed_at, self._details_open = now, attention
+        self.worker_rows.value = details_html(
+            "Workers and XLA", workers_html(snapshot) + health_html(snapshot) + doctor_html(snapshot), attention, "tpu-nb-details"
+        )
+        if len(snapshot.history) > LIVE_TABLE_ROWS:
+            label = f"All {len(snapshot.history)} logged rows"
+            self.history.value = details_html(label, history_html(snapshot, LIVE_HISTORY_ROWS), False, "tpu-nb-all-rows")
+        else:
+            self.history.value = ""
 
     def _refresh_chart(self, snapshot: ProgressSnapshot) -> None:
         newest = snapshot.history[-1] if snapshot.history else None
@@ -165,12 +199,11 @@ class Dashboard:
 
 
 def _status_html(snapshot: ProgressSnapshot) -> str:
-    phase = f'<strong style="color:{_phase_colour(snapshot.phase)}">{html.escape(snapshot.phase)}</strong>'
     facts = [
         f"<strong>{html.escape(snapshot.title)}</strong>",
+        pill(snapshot.phase, phase_colour(snapshot.phase)),
         html.escape(snapshot.runtime_label),
         html.escape(workers_text(snapshot)),
-        phase,
         f"elapsed {format_duration(snapshot.elapsed)}",
     ]
     if snapshot.eta is not None:
@@ -184,30 +217,5 @@ def _status_html(snapshot: ProgressSnapshot) -> str:
     return " · ".join(facts)
 
 
-def _workers_html(snapshot: ProgressSnapshot) -> str:
-    if not snapshot.workers:
-        return ""
-    header = "".join(f'<th style="{_CELL}">{label}</th>' for label in ("Rank", "Device", "Step", "Phase", "Last heard", "Compilations"))
-    rows = []
-    for worker in snapshot.workers:
-        heard = f"{format_duration(worker.seconds_since_heard)} ago"
-        heard_style = f"{_CELL};color:{_PHASE_COLOURS['failed']};font-weight:bold" if worker.stale else _CELL
-        phase_style = f"{_CELL};color:{_PHASE_COLOURS['failed']}" if worker.phase == "failed" else _CELL
-        compiled = f"{worker.compile_count} ({format_duration(worker.compile_seconds)})"
-        cells = [
-            (_CELL, str(worker.rank)),
-            (_CELL, worker.device or "—"),
-            (_CELL, "—" if worker.step is None else str(worker.step)),
-            (phase_style, worker.phase),
-            (heard_style, heard),
-            (_CELL, compiled),
-        ]
-        rows.append("<tr>" + "".join(f'<td style="{style}">{html.escape(text)}</td>' for style, text in cells) + "</tr>")
-    return (
-        '<table class="tpu-nb-workers" style="border-collapse:collapse;font-size:85%">'
-        f"<thead><tr>{header}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-    )
-
-
-def _phase_colour(phase: str) -> str:
-    return _PHASE_COLOURS.get(phase, _OTHER_PHASE_COLOUR)
+def _tree(widget: widgets.Widget) -> list[widgets.Widget]:
+    return [widget, *(part for child in getattr(widget, "children", ()) for part in _tree(child))]

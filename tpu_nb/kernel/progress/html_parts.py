@@ -1,4 +1,9 @@
-"""HTML pieces the live dashboard and the end-of-run summary share: metrics table, health, notices, detail."""
+"""HTML pieces the live dashboard and the end-of-run summary share: pills, tables, health, notices, detail.
+
+Text inherits the frontend's colour, so it reads in light and dark themes
+(JupyterLab, Colab); colour is carried by pills: white text on a background
+dark enough for 4.5:1 contrast (WCAG AA), whatever the theme around them.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +11,40 @@ import html
 from collections.abc import Sequence
 
 from .state import EVAL_PREFIX, TRAINING_LOSS, VALIDATION_LOSS, ProgressSnapshot
-from .text import format_value, health
+from .text import HealthLevel, format_bytes, format_duration, format_value, health, health_brief
 
-STATUS_COLOURS: dict[str, str] = {
+PILL_TEXT = "#ffffff"
+PHASE_COLOURS: dict[str, str] = {
+    "starting": "#546e7a",
+    "compiling": "#6a1b9a",
+    "training": "#1565c0",
+    "evaluating": "#00707a",
     "done": "#2e7d32",
     "failed": "#c62828",
-    "interrupted": "#b26a00",
-    "timeout": "#b26a00",
-    "stopped": "#b26a00",
+    "interrupted": "#8d5300",
+    "timeout": "#8d5300",
+    "stopped": "#8d5300",
 }
-_HEALTH_COLOURS = {"pending": "#607d8b", "stable": "#2e7d32", "warning": "#b26a00"}
+OTHER_PHASE_COLOUR = "#546e7a"  # a worker phase without a colour of its own
+HEALTH_COLOURS: dict[HealthLevel, str] = {"pending": "#546e7a", "stable": "#2e7d32", "warning": "#8d5300"}
 _CELL = "padding:2px 10px;text-align:right"
+_LEFT_CELL = "padding:1px 10px;text-align:left"
+
+
+def pill(text: str, colour: str) -> str:
+    """A short label in white on `colour` (a status, a health level)."""
+    return (
+        f'<span class="tpu-nb-pill" style="background:{colour};color:{PILL_TEXT};padding:1px 8px;'
+        f'border-radius:9px;font-weight:600;white-space:nowrap">{html.escape(text)}</span>'
+    )
+
+
+def phase_colour(phase: str) -> str:
+    return PHASE_COLOURS.get(phase, OTHER_PHASE_COLOUR)
 
 
 def table_html(snapshot: ProgressSnapshot, max_rows: int) -> str:
-    """Logged values, Trainer-style: Step | Training Loss | Validation Loss | other metrics (last rows only)."""
+    """Logged values, Trainer-style: Step | Training Loss | Validation Loss | other metrics (the last `max_rows`)."""
     if not snapshot.history:
         return ""
     names = table_columns(snapshot.metric_names)
@@ -31,11 +55,20 @@ def table_html(snapshot: ProgressSnapshot, max_rows: int) -> str:
         cells += [format_value(row.values[name]) if name in row.values else "—" for name in names]
         rows.append("<tr>" + "".join(f'<td style="{_CELL}">{html.escape(cell)}</td>' for cell in cells) + "</tr>")
     hidden = len(snapshot.history) - len(rows)
-    caption = f"<caption>the last {len(rows)} of {len(snapshot.history)} logged rows</caption>" if hidden else ""
+    caption = (
+        f'<caption style="caption-side:bottom;font-size:85%">the last {len(rows)} of {len(snapshot.history)} logged rows</caption>'
+        if hidden
+        else ""
+    )
     return (
         '<table class="tpu-nb-metrics" style="border-collapse:collapse;font-size:90%">'
         f"{caption}<thead><tr>{header}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
+
+
+def history_html(snapshot: ProgressSnapshot, max_rows: int) -> str:
+    """More of the logged rows, in a box that scrolls (the latest first in view: at the bottom)."""
+    return f'<div class="tpu-nb-history" style="max-height:240px;overflow-y:auto">{table_html(snapshot, max_rows)}</div>'
 
 
 def table_columns(metric_names: Sequence[str]) -> list[str]:
@@ -53,10 +86,44 @@ def column_label(name: str) -> str:
     return _title(name)
 
 
+def health_line_html(snapshot: ProgressSnapshot) -> str:
+    """One line: the health pill and a short account (compilations, workers, findings)."""
+    level, _text = health(snapshot)
+    return f'<div class="tpu-nb-xla-{level}">{pill("XLA " + level, HEALTH_COLOURS[level])} {html.escape(health_brief(snapshot))}</div>'
+
+
 def health_html(snapshot: ProgressSnapshot) -> str:
+    """The full XLA health text (the recompilation warning with its causes and fixes, memory, cache)."""
     level, text = health(snapshot)
-    weight = "bold" if level == "warning" else "normal"
-    return f'<p class="tpu-nb-xla-{level}" style="color:{_HEALTH_COLOURS[level]};font-weight:{weight}">{html.escape(text)}</p>'
+    marker = f"border-left:4px solid {HEALTH_COLOURS[level]};padding-left:8px"
+    return f'<p class="tpu-nb-xla-{level}" style="{marker}">{html.escape(text)}</p>'
+
+
+def workers_html(snapshot: ProgressSnapshot) -> str:
+    """One row per worker: rank, device, step, phase, last heard, compilations (and device memory, where known)."""
+    if not snapshot.workers:
+        return ""
+    with_memory = any(worker.memory is not None for worker in snapshot.workers)
+    labels = ["Rank", "Device", "Step", "Phase", "Last heard", "Compilations", *(["Memory"] if with_memory else [])]
+    header = "".join(f'<th style="{_LEFT_CELL}">{label}</th>' for label in labels)
+    rows = []
+    for worker in snapshot.workers:
+        heard = f"{format_duration(worker.seconds_since_heard)} ago"
+        cells = [
+            html.escape(str(worker.rank)),
+            html.escape(worker.device or "—"),
+            "—" if worker.step is None else str(worker.step),
+            pill(worker.phase, PHASE_COLOURS["failed"]) if worker.phase == "failed" else html.escape(worker.phase),
+            pill(heard, PHASE_COLOURS["failed"]) if worker.stale else html.escape(heard),
+            html.escape(f"{worker.compile_count} ({format_duration(worker.compile_seconds)})"),
+        ]
+        if with_memory:
+            cells.append(html.escape(_memory(worker.memory)))
+        rows.append("<tr>" + "".join(f'<td style="{_LEFT_CELL}">{cell}</td>' for cell in cells) + "</tr>")
+    return (
+        '<table class="tpu-nb-workers" style="border-collapse:collapse;font-size:85%">'
+        f"<thead><tr>{header}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def doctor_html(snapshot: ProgressSnapshot) -> str:
@@ -71,18 +138,38 @@ def doctor_html(snapshot: ProgressSnapshot) -> str:
             + (f'<ul style="margin:0">{places}</ul>' if places else "")
             + f"<br>Fix: {html.escape(diagnosis.fix)}.</li>"
         )
-    return f'<ul class="tpu-nb-doctor" style="margin:2px 0;color:{_HEALTH_COLOURS["warning"]}">{"".join(items)}</ul>'
+    marker = f"border-left:4px solid {HEALTH_COLOURS['warning']};padding-left:8px"
+    return f'<ul class="tpu-nb-doctor" style="margin:2px 0;{marker};list-style-position:inside">{"".join(items)}</ul>'
+
+
+def needs_attention(snapshot: ProgressSnapshot) -> bool:
+    """Something in the workers/XLA section deserves to be seen: it opens by itself."""
+    return bool(snapshot.recompilation or snapshot.diagnoses or snapshot.failures or any(worker.stale for worker in snapshot.workers))
+
+
+def details_html(label: str, body: str, open_: bool, css_class: str) -> str:
+    """A section the reader opens in the browser (no kernel round trip: during a run the kernel is busy)."""
+    opened = " open" if open_ else ""
+    return f'<details class="{css_class}"{opened}><summary style="cursor:pointer">{html.escape(label)}</summary>{body}</details>'
 
 
 def notices_html(notices: Sequence[str]) -> str:
     if not notices:
         return ""
     items = "".join(f"<li>{html.escape(notice)}</li>" for notice in notices)
-    return f'<ul class="tpu-nb-notices" style="margin:2px 0;color:#455a64">{items}</ul>'
+    return f'<ul class="tpu-nb-notices" style="margin:2px 0;font-size:90%">{items}</ul>'
 
 
 def detail_html(detail: str, colour: str) -> str:
-    return f'<pre style="color:{colour};white-space:pre-wrap;margin:4px 0">{html.escape(detail)}</pre>'
+    marker = f"border-left:4px solid {colour};padding-left:8px"
+    return f'<pre style="{marker};white-space:pre-wrap;margin:4px 0">{html.escape(detail)}</pre>'
+
+
+def _memory(memory: tuple[int, int] | None) -> str:
+    if memory is None:
+        return "—"
+    used, limit = memory
+    return f"{format_bytes(used)} / {format_bytes(limit)}"
 
 
 def _title(name: str) -> str:

@@ -10,35 +10,64 @@ import base64
 import html
 
 from .chart import render_chart
-from .html_parts import STATUS_COLOURS, detail_html, doctor_html, health_html, notices_html, table_html
+from .html_parts import (
+    detail_html,
+    details_html,
+    doctor_html,
+    health_html,
+    health_line_html,
+    history_html,
+    needs_attention,
+    notices_html,
+    phase_colour,
+    pill,
+    table_html,
+    workers_html,
+)
 from .state import ProgressSnapshot
 from .text import diagnosis_text, final_line, final_metrics, format_duration, format_value, health, step_text, workers_text
 
-SUMMARY_TABLE_ROWS = 100
+SUMMARY_TABLE_ROWS = 8
 
 
 def render_summary(snapshot: ProgressSnapshot) -> tuple[str, bytes | None]:
-    """The end-of-run summary as HTML (chart embedded) and the chart PNG (None: nothing to plot)."""
+    """The end-of-run summary as HTML (chart embedded) and the chart PNG (None: nothing to plot).
+
+    As compact as the live dashboard it replaces: the chart beside the last
+    logged rows (all of them a click away), one health line, and details
+    that are open when something needs attention.
+    """
     png = render_chart(snapshot)
-    colour = STATUS_COLOURS.get(snapshot.phase, "#455a64")  # a live snapshot has no final status yet
     headline = (
-        f'<strong>{html.escape(snapshot.title)}</strong>: <strong style="color:{colour}">'
-        f"{html.escape(snapshot.phase)}</strong> after {format_duration(snapshot.elapsed)}"
+        f"<strong>{html.escape(snapshot.title)}</strong> {pill(snapshot.phase, phase_colour(snapshot.phase))}"
+        f" after {format_duration(snapshot.elapsed)}"
         f" · {html.escape(step_text(snapshot))} · {html.escape(snapshot.runtime_label)}"
         f" · {html.escape(workers_text(snapshot))}"
     )
     parts = [f"<p>{headline}</p>"]
     if snapshot.detail:
-        parts.append(detail_html(snapshot.detail, colour))
+        parts.append(detail_html(snapshot.detail, phase_colour(snapshot.phase)))
     metrics = final_metrics(snapshot)
     if metrics:
         listed = ", ".join(f"{html.escape(name)} <strong>{format_value(value)}</strong>" for name, value in metrics)
         parts.append(f"<p>Final: {listed}</p>")
+    side_by_side = []
     if png is not None:
         # Frontends show only the richest type of an output (HTML here), so the chart goes in the HTML too.
         encoded = base64.b64encode(png).decode("ascii")
-        parts.append(f'<img src="data:image/png;base64,{encoded}" alt="training chart">')
-    parts += [table_html(snapshot, SUMMARY_TABLE_ROWS), health_html(snapshot), doctor_html(snapshot), notices_html(snapshot.notices)]
+        side_by_side.append(f'<img src="data:image/png;base64,{encoded}" alt="training chart" style="max-width:62%;height:auto">')
+    if snapshot.history:
+        values = table_html(snapshot, SUMMARY_TABLE_ROWS)
+        if len(snapshot.history) > SUMMARY_TABLE_ROWS:
+            values += details_html(
+                f"All {len(snapshot.history)} logged rows", history_html(snapshot, len(snapshot.history)), False, "tpu-nb-all-rows"
+            )
+        side_by_side.append(f'<div style="flex:1 1 280px">{values}</div>')
+    if side_by_side:
+        parts.append(f'<div style="display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start">{"".join(side_by_side)}</div>')
+    parts.append(health_line_html(snapshot))
+    details = workers_html(snapshot) + health_html(snapshot) + doctor_html(snapshot)
+    parts += [details_html("Workers and XLA", details, needs_attention(snapshot), "tpu-nb-details"), notices_html(snapshot.notices)]
     return f'<div class="tpu-nb-summary">{"".join(parts)}</div>', png
 
 

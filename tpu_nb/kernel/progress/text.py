@@ -134,6 +134,24 @@ def health(snapshot: ProgressSnapshot) -> tuple[HealthLevel, str]:
     return "pending", f"{compiled} so far (warm-up: the first {WARMUP_STEPS} steps){resources}"
 
 
+def health_brief(snapshot: ProgressSnapshot) -> str:
+    """The health in a few words, for the one line shown when nothing needs attention."""
+    count = snapshot.compile_count
+    if snapshot.recompilation is not None:
+        parts = [f"recompiling: {snapshot.recompilation.count} after warm-up"]
+    else:
+        parts = [f"{count} compilation{'' if count == 1 else 's'}" + (", stable" if snapshot.warmed_up else " so far")]
+    parts.append(workers_text(snapshot))
+    parts += [f"rank {worker.rank} silent {format_duration(worker.seconds_since_heard)}" for worker in snapshot.workers if worker.stale]
+    if snapshot.memory is not None:
+        used, limit = snapshot.memory
+        parts.append(f"memory {used / max(limit, 1):.0%}")
+    if snapshot.diagnoses:
+        found = len(snapshot.diagnoses)
+        parts.append(f"XLA doctor: {found} finding{'' if found == 1 else 's'}")
+    return " · ".join(parts)
+
+
 def memory_text(memory: tuple[int, int] | None) -> str | None:
     if memory is None:
         return None

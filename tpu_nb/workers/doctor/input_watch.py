@@ -27,19 +27,23 @@ class InputWatch:
         self._lock = threading.Lock()
 
     def install(self) -> None:
-        """Wrap torch's DataLoader iterators and torch_xla's MpDeviceLoader (whose thread loads ahead)."""
+        """Wrap torch's DataLoader iterators, and the queue MpDeviceLoader's threads fill ahead of the step.
+
+        Not MpDeviceLoader's `__next__`: it also cuts the step's graph
+        (torch_xla.sync()), which is compute, not waiting for data.
+        """
         from torch.utils.data import dataloader
         from torch_xla.distributed import parallel_loader
 
-        for owner in (dataloader._BaseDataLoaderIter, parallel_loader.PerDeviceLoader):
-            owner.__next__ = self._timed(owner.__next__)  # type: ignore[method-assign]
+        dataloader._BaseDataLoaderIter.__next__ = self._timed(dataloader._BaseDataLoaderIter.__next__)  # type: ignore[method-assign]
+        parallel_loader.ParallelLoader.next_item = self._timed(parallel_loader.ParallelLoader.next_item)
 
-    def _timed(self, next_batch: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def _timed(self, next_batch: Callable[..., Any]) -> Callable[..., Any]:
         watch = self
 
-        def __next__(iterator: Any) -> Any:
+        def timed_next(*args: Any) -> Any:
             started = time.perf_counter()
-            batch = next_batch(iterator)
+            batch = next_batch(*args)
             if getattr(thread_rank, "value", None) is not None:  # a rank's training thread, not a loader thread
                 waited = time.perf_counter() - started
                 with watch._lock:
@@ -47,7 +51,7 @@ class InputWatch:
             watch._saw(batch)
             return batch
 
-        return __next__
+        return timed_next
 
     def _saw(self, batch: Any) -> None:
         shapes = shapes_of(batch)
