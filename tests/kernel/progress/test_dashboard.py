@@ -49,6 +49,14 @@ class _Slot:
         self.displays.outputs[self.index] = obj
 
 
+def view_of(widget: widgets.Widget) -> dict[str, Any]:
+    """The output that shows `widget` (a widget-view bundle, the same for ipywidgets 7 and 8)."""
+    return {
+        "text/plain": f"{type(widget).__name__}(...)",
+        "application/vnd.jupyter.widget-view+json": {"version_major": 2, "version_minor": 0, "model_id": widget.model_id},
+    }
+
+
 @pytest.fixture
 def displays(monkeypatch: pytest.MonkeyPatch) -> RecordedDisplays:
     recorded = RecordedDisplays()
@@ -164,7 +172,7 @@ def test_chart_is_rendered_at_most_once_a_second(dashboard: Dashboard, clock: Fa
 def test_display_shows_the_widget_once(dashboard: Dashboard, displays: RecordedDisplays) -> None:
     dashboard.display()
     dashboard.display()
-    assert displays.outputs == [dashboard.widget]
+    assert displays.outputs == [view_of(dashboard.widget)]
 
 
 def test_finish_done_fills_the_bar_and_adds_a_static_summary(dashboard: Dashboard, clock: FakeClock, displays: RecordedDisplays) -> None:
@@ -265,4 +273,4 @@ def test_make_display_picks_widgets_in_a_kernel_and_text_elsewhere(displays: Rec
     monkeypatch.setattr(IPython, "get_ipython", lambda: object.__new__(ZMQInteractiveShell))
     dashboard = make_display("%%tpu_train", "CPU", 1)
     assert isinstance(dashboard, Dashboard)
-    assert displays.outputs == [dashboard.widget]
+    assert displays.outputs == [view_of(dashboard.widget)]

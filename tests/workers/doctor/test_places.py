@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import linecache
+from types import SimpleNamespace
 
+import pytest
+
+from tpu_nb.workers.doctor import places
 from tpu_nb.workers.doctor.analysis_log import Frame
 from tpu_nb.workers.doctor.places import describe, first_user_frame
 
@@ -29,3 +33,13 @@ def test_a_file_is_named_by_its_name_and_long_lines_are_cut() -> None:
     described = describe(Frame("train", filename, 1))
     assert described.startswith("train.py, line 1: loss = a + a") and described.endswith("…")
     assert describe(Frame("train", "/nowhere/gone.py", 3)) == "gone.py, line 3"
+
+
+def test_an_ipykernel_6_cell_file_is_named_by_its_prompt_number_from_the_history(monkeypatch: pytest.MonkeyPatch) -> None:
+    """IPython 7.34 under ipykernel 6 (Colab) names cells by temporary files and keeps no map to their numbers."""
+    filename = "/tmp/ipykernel_9/4127435255.py"
+    cell = "%%tpu_train\nfor step in range(3):\n    value = loss.item()\n"
+    linecache.cache[filename] = (len(cell), None, cell.splitlines(keepends=True), filename)
+    history = SimpleNamespace(input_hist_raw=["", "import torch\n", cell], input_hist_parsed=["", "import torch\n", "get_ipython()..."])
+    monkeypatch.setattr(places, "_shell", lambda: SimpleNamespace(compile=SimpleNamespace(), history_manager=history))
+    assert describe(Frame("<module>", filename, 3)) == "In [2], line 3: value = loss.item()"

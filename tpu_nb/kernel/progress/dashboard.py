@@ -44,6 +44,7 @@ from .html_parts import (
 from .state import MetricRow, ProgressSnapshot, ProgressState
 from .summary import display_summary, summary_bundle
 from .text import format_duration, format_rate, step_text, workers_text
+from .widget_display import display_replaceable
 
 STATUS_REFRESH_SECONDS = 0.25
 CHART_REFRESH_SECONDS = 1.0
@@ -101,7 +102,7 @@ class Dashboard:
             return
         self._shown = True
         # finish() replaces this output in place, even from a background run's helper thread after the cell ended.
-        self._handle = ipython_display.display(self.widget, display_id=True)
+        self._handle = display_replaceable(self.widget)
 
     def on_event(self, event: Event) -> None:
         self.progress.on_event(event)

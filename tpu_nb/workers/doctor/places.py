@@ -8,6 +8,7 @@ import sys
 import sysconfig
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from .analysis_log import Frame
 
@@ -48,7 +49,27 @@ def _file_label(filename: str) -> str:
     label = format_code_name(filename) if format_code_name is not None else None
     if label:  # ("Cell", "In[4]")
         return label[1].replace("In[", "In [")  # type: ignore[no-any-return]
-    return Path(filename).name
+    number = _prompt_number_in_history(shell, filename) if shell is not None else None
+    return f"In [{number}]" if number is not None else Path(filename).name
+
+
+def _prompt_number_in_history(shell: Any, filename: str) -> int | None:
+    """The prompt number of the cell whose code is in `filename`, by its source in the shell's history.
+
+    IPython 7.x under ipykernel 6 (Colab) names a cell's code by a temporary
+    file and keeps no map back to its number; the history holds each cell's
+    source by number (as typed, and as run), and linecache the file's.
+    """
+    cached = linecache.cache.get(filename)
+    if cached is None or len(cached) != 4:  # not cached, or only a lazy loader
+        return None
+    source = "".join(cached[2]).rstrip()
+    history = shell.history_manager
+    for inputs in (history.input_hist_raw, history.input_hist_parsed):
+        for number in range(len(inputs) - 1, 0, -1):
+            if inputs[number].rstrip() == source:
+                return number
+    return None
 
 
 def is_tpu_nb(filename: str) -> bool:
