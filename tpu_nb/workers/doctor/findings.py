@@ -70,7 +70,8 @@ _INPUT_FIX = (
 )
 _NO_EXECUTION_FIX = (
     "cut the graph every step: iterate over MpDeviceLoader(loader, device) (it cuts the graph after each batch), "
-    "or call torch_xla.sync() (xm.mark_step()) after optimizer step; interrupt this run now, before memory runs out"
+    "or call torch_xla.sync() (xm.mark_step()) after optimizer step; end this run now with Kill or a second interrupt, "
+    "before memory runs out (a graceful stop would run the whole accumulated graph)"
 )
 
 
