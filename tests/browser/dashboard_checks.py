@@ -37,10 +37,11 @@ def assert_chart_drawn(summary: Locator, page: Page) -> None:
     assert width > 0 and height > 0, "the chart image did not decode"
 
 
-def assert_fits_one_screen(summary: Locator) -> float:
-    """The summary's rendered height, under one 900 px screen."""
-    height = summary.evaluate("element => element.getBoundingClientRect().height")
-    assert 0 < height < SCREEN_HEIGHT, f"the summary is {height:.0f} px tall"
+def assert_fits_one_screen(cell_outputs: Locator) -> float:
+    """The rendered height of a cell's whole output (the summary and what the cell printed), under one 900 px screen."""
+    expect(cell_outputs).to_have_count(1)
+    height = cell_outputs.evaluate("element => element.getBoundingClientRect().height")
+    assert 0 < height < SCREEN_HEIGHT, f"the cell's output is {height:.0f} px tall"
     return float(height)
 
 

@@ -69,7 +69,7 @@ def test_quickstart_runs_with_ipywidgets_7(classic_notebook: NotebookServer, pag
 
     summary = the_summary(notebook.locator(".output_area"), page)
     assert_chart_drawn(summary, page)
-    assert_fits_one_screen(summary)
+    assert_fits_one_screen(notebook.locator(".output").filter(has=page.locator(".tpu-nb-summary")))
     assert_model_learned(notebook.locator(".output_area"))
 
     save_notebook(page)

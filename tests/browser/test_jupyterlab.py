@@ -49,7 +49,7 @@ def test_quickstart_runs_in_jupyterlab(jupyterlab: NotebookServer, page: Page) -
     assert_model_learned(outputs)
     page.set_viewport_size({"width": 1400, "height": 900})
     summary.scroll_into_view_if_needed()
-    assert_fits_one_screen(summary)
+    assert_fits_one_screen(panel.locator(".jp-Cell-outputArea").filter(has=page.locator(".tpu-nb-summary")))
     assert_text_contrast(summary)
 
     page.get_by_role("menuitem", name="Settings", exact=True).click()
