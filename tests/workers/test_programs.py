@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from tpu_nb.kernel.cells import compile_cell
 from tpu_nb.wire.results import ModuleWeights, RankResult
-from tpu_nb.workers.programs import CellProgram, FunctionProgram, WorkerContext
+from tpu_nb.workers.programs import CellProgram, FunctionProgram, WorkerContext, compile_cell
 from tpu_nb.workers.reporting import StopTraining
 
 CONTEXT = WorkerContext(rank=0, world_size=1, device=torch.device("cpu"), devices_in_process=1)

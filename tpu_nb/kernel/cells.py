@@ -1,35 +1,16 @@
-"""A `%%tpu_train` cell: compiled here into a program for the workers, its results put into the notebook.
+"""A `%%tpu_train` cell's results put into the notebook (the cell is compiled by `tpu_nb.workers.programs.compile_cell`).
 
-Pure logic: the IPython glue in `magics` hands in the transformed source and
-the user's namespace, and applies what comes back.
+Pure logic: the IPython glue in `magics` hands in the user's namespace and
+applies what comes back.
 """
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from typing import Any
 
 from tpu_nb.wire.results import ModuleWeights, NotTransferable, RankResult
-from tpu_nb.workers.programs import CellProgram, is_module
-
-
-def compile_cell(source: str, filename: str, namespace: dict[str, Any], return_names: tuple[str, ...], first_line: int = 1) -> CellProgram:
-    """Compile `source` whose first line is line `first_line` of `filename`.
-
-    A trailing expression is kept apart so its value can be the cell's
-    result, as in a normal cell (unless the source ends with ';').
-    """
-    # Blank lines in front make every line number, syntax errors' too, count from `first_line`.
-    tree = ast.parse("\n" * (first_line - 1) + source, filename)
-    last_expression = None
-    last = tree.body[-1] if tree.body else None
-    if isinstance(last, ast.Expr) and not source.rstrip().endswith(";"):
-        tree.body.pop()
-        last_expression = compile(ast.Expression(last.value), filename, "eval")
-    body = compile(tree, filename, "exec")
-    modules = frozenset(name for name in return_names if is_module(namespace.get(name)))
-    return CellProgram(body, last_expression, namespace, return_names, modules)
+from tpu_nb.workers.programs import is_module
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Literal
 
 from tpu_nb.wire.results import ExceptionReport, RankResult, SupervisorReport, load_exceptions, load_report, load_result
 
-from .errors import TrainingInterrupted, TrainingTimedOut, WorkerDied, WorkerError
+from .errors import TrainingInterrupted, TrainingTimedOut, WorkerDied, WorkerError, where_raised
 from .out_of_memory import explain_out_of_memory
 from .status import RunStatus
 
@@ -35,6 +35,7 @@ class Succeeded:
 class Raised:
     report: ExceptionReport
     seconds: float
+    host: int | None = None  # on a pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +81,8 @@ def ending_of(outcome: Outcome) -> Ending:
     if isinstance(outcome, Raised):
         report = outcome.report
         advice = explain_out_of_memory(report.message)
-        error = WorkerError(report.rank, report.world_size, report.type_name, report.message, report.traceback_lines, advice)
-        text = f"rank {report.rank} raised {report.type_name}: {report.message}"
+        error = WorkerError(report.rank, report.world_size, report.type_name, report.message, report.traceback_lines, advice, outcome.host)
+        text = f"{where_raised(report.rank, report.world_size, outcome.host)} raised {report.type_name}: {report.message}"
         return Ending("failed", text if advice is None else f"{text}\n{advice}", error)
     if isinstance(outcome, Died):
         if outcome.cause is not None:

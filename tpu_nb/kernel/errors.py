@@ -15,29 +15,50 @@ class LaunchRefused(UsageError):
 
 
 class WorkerError(Exception):
-    """The user's code raised in a worker.
+    """The user's code raised in a worker (on a pod: on one of its hosts).
 
     IPython shows `_render_traceback_()` instead of our own frames: the
     worker's traceback, pointing into the cell as the user wrote it.
     """
 
     def __init__(
-        self, rank: int, world_size: int, type_name: str, message: str, traceback_lines: list[str], advice: str | None = None
+        self,
+        rank: int | None,
+        world_size: int,
+        type_name: str,
+        message: str,
+        traceback_lines: list[str],
+        advice: str | None = None,
+        host: int | None = None,
     ) -> None:
-        super().__init__(f"rank {rank} of {world_size} raised {type_name}: {message}")
+        super().__init__(f"{where_raised(rank, world_size, host)} raised {type_name}: {message}")
         self.rank = rank
         self.world_size = world_size
+        self.host = host
         self.type_name = type_name
         self.traceback_lines = traceback_lines
         self.advice = advice
         """What to change, when tpu_nb recognises the error (the device ran out of memory)."""
 
     def _render_traceback_(self) -> list[str]:
-        footer = f"(raised in the worker for rank {self.rank} of {self.world_size}; every worker was stopped)"
+        where = where_raised(self.rank, self.world_size, self.host)
+        footer = (
+            f"(raised in the worker for {where}; every worker was stopped)"
+            if self.host is None
+            else f"(raised on {where}; every host was stopped)"
+        )
         return [*self.traceback_lines, footer, *([self.advice] if self.advice else [])]
 
     def __str__(self) -> str:
         return "\n".join([self.args[0], "", *self.traceback_lines, *([self.advice] if self.advice else [])])
+
+
+def where_raised(rank: int | None, world_size: int, host: int | None) -> str:
+    """ "rank 1 of 4", "host 1 (rank 4 of 16)", or "host 1 (its prepared cells)"."""
+    ranked = f"rank {rank} of {world_size}"
+    if host is None:
+        return ranked
+    return f"host {host} ({'its prepared cells' if rank is None else ranked})"
 
 
 class WorkerDied(RuntimeError):

@@ -6,25 +6,34 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
 from tpu_nb.runtime import RuntimePanel, detect
 from tpu_nb.wire.mesh import MeshError, MeshShape
-from tpu_nb.workers.programs import CellProgram
+from tpu_nb.workers.host import Cell
+from tpu_nb.workers.programs import CellProgram, compile_cell
 
 from .background import BackgroundRun, Handback, start_in_background
-from .cell_names import cache_as_written
-from .cells import AppliedReturns, apply_returns, bindings, compile_cell
+from .cell_names import cache_as_written, running_cell_number
+from .cells import AppliedReturns, apply_returns, bindings
 from .endings import Ending
 from .options import LaunchOptions
 from .output import Write, write_to_sys
+from .pod.cells import PREPARE_MAGIC, check_plain_python, pod_program
+from .pod.launching import BACKENDS, DEFAULT_RUNS_DIR, PodTarget, launch_pod
+from .pod.recording import PreparedCells
 from .runs import Run, run_in_foreground
 
 
 @magics_class
 class TpuMagics(Magics):
+    def __init__(self, shell: InteractiveShell) -> None:
+        super().__init__(shell)
+        self.prepared = PreparedCells()
+        """The %%tpu_prepare cells run so far: the start of every pod run's program."""
+
     @magic_arguments()
     @line_magic
     def tpu_info(self, line: str) -> None:
@@ -81,6 +90,26 @@ class TpuMagics(Magics):
         help="Keep XLA's compiled programs in DIR (one subdirectory per rank), so a rerun skips compiling; "
         "'off' for none (default: a working directory on Colab's and Kaggle's TPUs).",
     )
+    @argument(
+        "--pod",
+        metavar="NAME",
+        help="Run on a TPU pod slice instead: the %%%%tpu_prepare cells and this one become train.py, started on every host. "
+        "NAME is the TPU VM (gcloud) or the JobSet's name (GKE).",
+    )
+    @argument(
+        "--backend", choices=BACKENDS, default="auto", help="With --pod: gcloud, gke or export (default: gke with --image, else gcloud)."
+    )
+    @argument("--zone", help="With --pod: the TPU VM's zone (default: gcloud's configured zone).")
+    @argument("--project", help="With --pod: the Google Cloud project (default: gcloud's configured project).")
+    @argument("--accelerator", metavar="TYPE", help="With --pod on GKE or export: the slice, e.g. v5litepod-16.")
+    @argument("--image", help="With --pod on GKE: the container image with torch, torch_xla and your cells' libraries.")
+    @argument(
+        "--run-dir",
+        default=DEFAULT_RUNS_DIR,
+        metavar="DIR",
+        help=f"With --pod: where each run's directory is written: a local directory (default {DEFAULT_RUNS_DIR}) or gs://BUCKET/PATH.",
+    )
+    @argument("--namespace", default="default", help="With --pod on GKE: the Kubernetes namespace.")
     @argument("--background", action="store_true", help="Return at once with a run handle; the notebook stays free while it trains.")
     @argument("--name", default="run", metavar="NAME", help="With --background: bind the run's handle to NAME (default: run).")
     @cell_magic
@@ -112,6 +141,8 @@ class TpuMagics(Magics):
             doctor=not args.no_doctor,
             compile_cache=args.compile_cache,
         )
+        if args.pod is not None:
+            return self._train_on_pod(args, line, cell, options)
         program = self._compile(line, cell, tuple(args.return_names))
         if args.background:
             return self._start_in_background(program, options, args.name)
@@ -120,6 +151,60 @@ class TpuMagics(Magics):
             raise ending.error
         result = ending.results[0]
         problem = report_returns(apply_returns(result, self._shell.user_ns), write_to_sys)
+        if problem is not None:
+            raise problem
+        return result.value if result.has_value else None
+
+    @magic_arguments()
+    @argument("--show", action="store_true", help="List the recorded cells.")
+    @argument("--clear", action="store_true", help="Forget the recorded cells (a pod run then starts from its training cell).")
+    @line_cell_magic
+    def tpu_prepare(self, line: str, cell: str | None = None) -> None:
+        """%%tpu_prepare: run this cell here as usual, and record it for pod runs (`%%tpu_train --pod`).
+
+        Pod hosts cannot receive the notebook's state through fork: each runs
+        the recorded cells (imports, data, model), in order, then the training
+        cell. A cell run again replaces its earlier run. As a line magic:
+        `%tpu_prepare --show` lists the recorded cells, `--clear` forgets them.
+        """
+        args = parse_argstring(self.tpu_prepare, line)
+        if cell is None:
+            if args.clear:
+                self.prepared.clear()
+            cells = self.prepared.cells()
+            write_to_sys(
+                "stdout",
+                f"tpu_nb: {len(cells)} recorded cell(s) for pod runs"
+                + "".join(f"\n  {c.name}: {c.source.strip().splitlines()[0] if c.source.strip() else ''}" for c in cells)
+                + "\n",
+            )
+            return
+        shell = self._shell
+        check_plain_python(PREPARE_MAGIC, cell, shell.transform_cell(cell))
+        name = f"In [{running_cell_number(shell)}]"
+        result = shell.run_cell(cell, store_history=False)
+        if not result.success:
+            raise UsageError(f"{PREPARE_MAGIC}: the cell failed (above), so it was not recorded for pod runs.")
+        cell_id = getattr(shell, "parent_header", {}).get("metadata", {}).get("cellId")
+        self.prepared.record(Cell(name, f"{PREPARE_MAGIC} {line}".rstrip(), cell), cell_id)
+
+    def _train_on_pod(self, args: Any, line: str, cell: str, options: LaunchOptions) -> Any:
+        if args.background:
+            raise UsageError("--background is for runs on this machine; a --pod run is followed in its cell (interrupt to stop it).")
+        shell = self._shell
+        check_plain_python("%%tpu_train --pod", cell, shell.transform_cell(cell))
+        name = f"In [{running_cell_number(shell)}]"
+        program = pod_program(
+            self.prepared, name, line, cell, tuple(args.return_names), options.spmd, options.mesh, options.doctor, options.compile_cache
+        )
+        target = PodTarget(args.pod, args.backend, args.zone, args.project, args.accelerator, args.image, args.run_dir, args.namespace)
+        ending = launch_pod(program, target, options, f"%%tpu_train --pod {args.pod}")
+        if not isinstance(ending, Ending):
+            return None  # exported: the run directory and its commands were printed
+        if ending.error is not None:
+            raise ending.error
+        result = ending.results[0]
+        problem = report_returns(apply_returns(result, shell.user_ns), write_to_sys)
         if problem is not None:
             raise problem
         return result.value if result.has_value else None
@@ -180,4 +265,6 @@ def unload(ipython: InteractiveShell) -> None:
     manager.magics["line"].pop("tpu_info", None)
     manager.magics["line"].pop("tpu_picker", None)
     manager.magics["cell"].pop("tpu_train", None)
+    manager.magics["line"].pop("tpu_prepare", None)
+    manager.magics["cell"].pop("tpu_prepare", None)
     manager.registry.pop(TpuMagics.__name__, None)

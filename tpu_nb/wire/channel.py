@@ -12,12 +12,19 @@ import os
 import pickle
 import select
 import struct
+from typing import Protocol
 
 from tpu_nb.wire.events import Event
 
 _HEADER = struct.Struct("<I")
 MAX_FRAME = select.PIPE_BUF  # 4096 on Linux
 _MAX_READS_PER_CALL = 16
+
+
+class EventSink(Protocol):
+    """Where a worker sends its events: this pipe, or a pod host's stdout (`host_lines.LineWriter`)."""
+
+    def send(self, event: Event) -> None: ...
 
 
 class EventWriter:

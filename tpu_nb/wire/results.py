@@ -55,7 +55,7 @@ class NotTransferable:
 class ExceptionReport:
     """What the kernel needs to show a worker's exception."""
 
-    rank: int
+    rank: int | None  # None: a pod host's own process, running the prepared cells
     world_size: int
     type_name: str
     message: str

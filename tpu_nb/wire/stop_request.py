@@ -42,6 +42,11 @@ class StopRequest:
         """Kernel side: ask every worker to stop at its next step boundary."""
         self._write(_REQUESTED, 1)
 
+    def request_at(self, step: int) -> None:
+        """Ask every worker to stop at `step`: on a pod, the step the notebook chose for every host."""
+        self._write(_STOP_STEP, step)
+        self._write(_REQUESTED, 1)
+
     @property
     def requested(self) -> bool:
         return self._read(_REQUESTED) == 1

@@ -6,7 +6,7 @@ import io
 import sys
 import threading
 
-from tpu_nb.wire.channel import EventWriter
+from tpu_nb.wire.channel import EventSink
 from tpu_nb.wire.events import Output
 
 _OUTPUT_CHUNK = 700  # characters: 4 bytes each at most, so an event fits one atomic write
@@ -18,7 +18,7 @@ thread_rank = threading.local()
 class _ChannelStream(io.TextIOBase):
     """sys.stdout / sys.stderr in a worker: text goes to the kernel as events."""
 
-    def __init__(self, writer: EventWriter, stream: str, fd: int) -> None:
+    def __init__(self, writer: EventSink, stream: str, fd: int) -> None:
         self._writer = writer
         self._stream = stream
         self._fd = fd
@@ -51,7 +51,7 @@ class _ChannelStream(io.TextIOBase):
             self._writer.send(Output(rank, self._stream, text[start : start + _OUTPUT_CHUNK]))
 
 
-def capture_output(writer: EventWriter) -> None:
+def capture_output(writer: EventSink) -> None:
     """Send this process's Python-level output to the kernel (once per process)."""
     if isinstance(sys.stdout, _ChannelStream):
         return

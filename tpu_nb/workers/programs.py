@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,6 +87,24 @@ class CellProgram:
         if name in self.notebook_modules and is_module(value):
             return module_weights(value)  # loaded into the notebook's own module, in place
         return value
+
+
+def compile_cell(source: str, filename: str, namespace: dict[str, Any], return_names: tuple[str, ...], first_line: int = 1) -> CellProgram:
+    """Compile `source` whose first line is line `first_line` of `filename`.
+
+    A trailing expression is kept apart so its value can be the cell's
+    result, as in a normal cell (unless the source ends with ';').
+    """
+    # Blank lines in front make every line number, syntax errors' too, count from `first_line`.
+    tree = ast.parse("\n" * (first_line - 1) + source, filename)
+    last_expression = None
+    last = tree.body[-1] if tree.body else None
+    if isinstance(last, ast.Expr) and not source.rstrip().endswith(";"):
+        tree.body.pop()
+        last_expression = compile(ast.Expression(last.value), filename, "eval")
+    body = compile(tree, filename, "exec")
+    modules = frozenset(name for name in return_names if is_module(namespace.get(name)))
+    return CellProgram(body, last_expression, namespace, return_names, modules)
 
 
 def is_module(value: Any) -> bool:

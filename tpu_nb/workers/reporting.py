@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tpu_nb.wire.events import Heartbeat, Notice, Progress, Stopping
 
 if TYPE_CHECKING:
-    from tpu_nb.wire.channel import EventWriter
+    from tpu_nb.wire.channel import EventSink
     from tpu_nb.wire.stop_request import StopRequest
 
     from .doctor.probe import Checkup, WorkerDoctor
@@ -36,7 +36,7 @@ class StopTraining(Exception):
 class WorkerReporter:
     """One per worker process; knows the ranks of the threads in it."""
 
-    def __init__(self, writer: EventWriter, stop_request: StopRequest) -> None:
+    def __init__(self, writer: EventSink, stop_request: StopRequest) -> None:
         self.writer = writer
         self.stop_request = stop_request
         self.world_size = 1

@@ -65,6 +65,18 @@ def supervise(payload: worker.WorkerPayload, environment: WorkerEnvironment, ker
     # user can act on.
     warnings.filterwarnings("ignore", message=FORK_WARNING.pattern, category=DeprecationWarning)
     environment.apply()
+    report = spawn_workers(payload)
+    save_report(report, payload.run_dir)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return 0 if report.error is None else 1
+
+
+def spawn_workers(payload: worker.WorkerPayload) -> SupervisorReport:
+    """Fork the workers (`xmp.spawn`, or one SPMD worker), wait for them, say how they exited.
+
+    Runs in the supervisor, or in a pod host's `train.py`, which plays its part.
+    """
     worker.PAYLOAD = payload
     os.register_at_fork(after_in_child=_become_worker)
     tracker = _ExitTracker()
@@ -76,15 +88,8 @@ def supervise(payload: worker.WorkerPayload, environment: WorkerEnvironment, ker
         else:
             _run_spmd_worker()
     except BaseException as error:  # noqa: BLE001 - reported to the kernel, whatever it is
-        report = SupervisorReport("".join(traceback.format_exception_only(type(error), error)).strip(), tracker.stop())
-        code = 1
-    else:
-        report = SupervisorReport(None, tracker.stop())
-        code = 0
-    save_report(report, payload.run_dir)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    return code
+        return SupervisorReport("".join(traceback.format_exception_only(type(error), error)).strip(), tracker.stop())
+    return SupervisorReport(None, tracker.stop())
 
 
 def _run_spmd_worker() -> None:

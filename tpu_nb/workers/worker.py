@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpu_nb.wire.channel import EventWriter
+from tpu_nb.wire.channel import EventSink
 from tpu_nb.wire.events import WorkerFinished, WorkerRaised, WorkerStarted
 from tpu_nb.wire.mesh import MeshShape
 from tpu_nb.wire.results import ExceptionReport, save_exception, save_result
@@ -30,7 +30,7 @@ class WorkerPayload:
     """What the kernel hands its workers (through fork)."""
 
     program: Program
-    writer: EventWriter
+    writer: EventSink
     stop_request: StopRequest
     run_dir: Path
     all_results: bool

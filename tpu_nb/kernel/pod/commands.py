@@ -1,0 +1,71 @@
+"""Running gcloud and kubectl from the kernel: never interactive, never left running.
+
+Every command gets no stdin (a prompt for a password or a key passphrase
+fails at once instead of hanging the notebook) and a timeout; a long-lived
+one (the hosts' output) leads its own session, so ending it ends everything
+it started.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+from collections.abc import Sequence
+
+COMMAND_TIMEOUT = 120.0  # seconds: an ssh to every host of a slice, a kubectl call
+END_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
+
+
+class CommandFailed(Exception):
+    """A command exited with an error; the message has the command and what it said."""
+
+    def __init__(self, argv: Sequence[str], code: int | None, output: str) -> None:
+        said = "\n".join(output.strip().splitlines()[-12:])
+        how = "timed out" if code is None else f"exited with code {code}"
+        super().__init__(f"`{shlex.join(argv)}` {how}" + (f":\n{said}" if said else ""))
+        self.output = output
+
+
+def installed(tool: str) -> bool:
+    return shutil.which(tool) is not None
+
+
+def run(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT) -> str:
+    """Run to the end; its stdout, or `CommandFailed` with its stderr."""
+    try:
+        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as error:
+        raise CommandFailed(argv, None, _text(error.stderr)) from None
+    if done.returncode != 0:
+        raise CommandFailed(argv, done.returncode, done.stderr or done.stdout)
+    return done.stdout
+
+
+def start(argv: Sequence[str]) -> subprocess.Popen[str]:
+    """Start a long-lived command whose stdout and stderr the caller reads line by line."""
+    return subprocess.Popen(
+        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def end(process: subprocess.Popen[str]) -> None:
+    """End a started command and everything it started (its session's process group)."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, signum)
+        except ProcessLookupError:
+            pass
+        try:
+            process.wait(END_GRACE)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _text(data: bytes | str | None) -> str:
+    if isinstance(data, bytes):
+        return data.decode(errors="replace")
+    return data or ""

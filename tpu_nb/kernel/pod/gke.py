@@ -1,0 +1,135 @@
+"""A multi-host TPU slice on GKE: a JobSet applied with kubectl, its pods' logs followed, deleted at the end.
+
+The run directory travels in a ConfigMap (`jobset.manifests`); the results,
+which outlive the pods, go to the run's `gs://` location. Not run on a real
+cluster here: tests check the manifest against the JobSet CRD's schema and
+drive this with a fake `kubectl`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import commands
+from .jobset import RUN_DIR, JobSetSpec, manifests, pod_selector, to_yaml
+from .program import TRAIN_SCRIPT, RunDirectory, archive, download_results
+from .slices import SliceError, TpuSlice
+
+MANIFEST_FILE = "jobset.yaml"
+PODS_TIMEOUT = 600.0  # seconds for the JobSet's pods to be created (scheduling waits for TPU nodes)
+JOBSET_RESOURCE = "jobsets.jobset.x-k8s.io"
+
+
+@dataclass(frozen=True, slots=True)
+class GkeSlice:
+    """A TPU slice shape in the cluster kubectl points at, and the container image that runs `train.py`."""
+
+    tpu: TpuSlice
+    image: str
+    namespace: str = "default"
+    python: str = "python3"
+
+    @property
+    def label(self) -> str:
+        return f"GKE {self.tpu.accelerator_type} ({self.tpu.gke_accelerator}, {self.tpu.gke_topology})"
+
+    def kubectl(self, *args: str) -> list[str]:
+        return ["kubectl", *args, f"--namespace={self.namespace}"]
+
+    def manifest(self, run: RunDirectory) -> str:
+        spec = JobSetSpec(
+            name=run.name,
+            tpu=self.tpu,
+            image=self.image,
+            command=(self.python, TRAIN_SCRIPT),
+            env={"PJRT_DEVICE": "TPU"},
+            archive=archive(run),
+            namespace=self.namespace,
+        )
+        return to_yaml(manifests(spec))
+
+    def write_manifest(self, run: RunDirectory) -> Path:
+        path = run.path / MANIFEST_FILE
+        path.write_text(self.manifest(run))
+        return path
+
+    def apply_command(self, run: RunDirectory) -> list[str]:
+        return self.kubectl("apply", "-f", str(run.path / MANIFEST_FILE))
+
+    def logs_command(self, run: RunDirectory) -> list[str]:
+        return self.kubectl(
+            "logs", "--follow", f"--selector={pod_selector(run.name)}", "--all-containers", "--tail=-1", f"--max-log-requests={run.hosts}"
+        )
+
+    def delete_commands(self, run: RunDirectory) -> list[list[str]]:
+        return [
+            self.kubectl("delete", "jobset", run.name, "--ignore-not-found", "--wait=false"),
+            self.kubectl("delete", "configmap", f"{run.name}-run", "--ignore-not-found", "--wait=false"),
+        ]
+
+    # Preflight.
+
+    def check(self) -> None:
+        """`SliceError` (with the fix) unless kubectl may create JobSets and the cluster has the TPU nodes."""
+        try:
+            allowed = commands.run(self.kubectl("auth", "can-i", "create", JOBSET_RESOURCE)).strip()
+        except commands.CommandFailed as error:
+            raise SliceError(
+                "kubectl cannot reach a cluster: get its credentials first "
+                f"(gcloud container clusters get-credentials CLUSTER --location LOCATION).\n{error}"
+            ) from None
+        if allowed != "yes":
+            raise SliceError(
+                f"kubectl may not create JobSets in namespace {self.namespace} (it said {allowed!r}): install JobSet in the "
+                "cluster (kubectl apply --server-side -f https://github.com/kubernetes-sigs/jobset/releases/download/v0.10.1/manifests.yaml) "
+                "or use an account that may."
+            )
+        selector = (
+            f"cloud.google.com/gke-tpu-accelerator={self.tpu.gke_accelerator},cloud.google.com/gke-tpu-topology={self.tpu.gke_topology}"
+        )
+        nodes = commands.run(self.kubectl("get", "nodes", f"--selector={selector}", "--output=name")).split()
+        if len(nodes) < self.tpu.hosts:
+            raise SliceError(
+                f"the cluster has {len(nodes)} nodes with {self.tpu.gke_accelerator} in topology {self.tpu.gke_topology}; "
+                f"a {self.tpu.accelerator_type} needs {self.tpu.hosts}: add a node pool of that slice "
+                f"(gcloud container node-pools create ... --tpu-topology {self.tpu.gke_topology})."
+            )
+
+    # Running.
+
+    def start(self, run: RunDirectory) -> subprocess.Popen[str]:
+        self.write_manifest(run)
+        commands.run(self.apply_command(run))
+        deadline = time.monotonic() + PODS_TIMEOUT
+        while len(self.pods(run)) < run.hosts:
+            if time.monotonic() > deadline:
+                raise SliceError(
+                    f"the JobSet {run.name}'s pods were not created within {PODS_TIMEOUT:g}s: see kubectl describe jobset {run.name}"
+                )
+            time.sleep(2)
+        return commands.start(self.logs_command(run))
+
+    def pods(self, run: RunDirectory) -> list[str]:
+        return commands.run(self.kubectl("get", "pods", f"--selector={pod_selector(run.name)}", "--output=name")).split()
+
+    def stop(self, run: RunDirectory, step: int | None) -> None:
+        write = f"echo {'' if step is None else step} > {RUN_DIR}/stop.partial && mv {RUN_DIR}/stop.partial {RUN_DIR}/stop"
+        for pod in self.pods(run):
+            commands.run(self.kubectl("exec", pod, "--", "sh", "-c", write))
+
+    def kill(self, run: RunDirectory) -> None:
+        for command in self.delete_commands(run):
+            commands.run(command)
+
+    def fetch_results(self, run: RunDirectory, into: Path) -> Path:
+        """Copy the results host 0 saved at the run's gs:// location into `into`."""
+        if run.run_url is None:
+            raise SliceError("this GKE run has no gs:// location (--run-dir gs://...), so its results stayed in its pods")
+        return download_results(run.run_url, into)
+
+    def clean_up(self, run: RunDirectory) -> None:
+        """Delete the ended JobSet and its ConfigMap (their logs were followed)."""
+        self.kill(run)

@@ -1,0 +1,208 @@
+"""Starting a pod run: choose the backend, check everything first (nothing starts otherwise), build the run, follow it.
+
+`launch_pod` is the one way `%%tpu_train --pod` and `tpu_nb.pod.launch`
+start a run on a pod slice; with the export backend it only writes the run
+directory and prints the commands that would start it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from tpu_nb.workers.host import RESULTS
+
+from ..endings import Ending
+from ..errors import LaunchRefused
+from ..options import LaunchOptions
+from ..output import Write, write_to_sys
+from . import commands
+from .following import PodBackend, PodRun, run_pod_in_foreground
+from .gke import GkeSlice
+from .jobset import validate_name
+from .program import PodProgram, RunDirectory, notebook_packages, upload, write_run_directory
+from .slices import SliceError, TpuSlice, parse_slice
+from .tpu_vm import REMOTE_RUNS, HostVersions, TpuVmSlice
+
+Backend = Literal["auto", "gcloud", "gke", "export"]
+BACKENDS: tuple[Backend, ...] = ("auto", "gcloud", "gke", "export")
+DEFAULT_RUNS_DIR = "tpu_nb_pod_runs"
+_REMOTE = re.compile(r"^[a-z][a-z0-9+.-]*://")
+
+
+@dataclass(frozen=True, slots=True)
+class PodTarget:
+    """Where a pod run goes, as the user named it."""
+
+    name: str  # the TPU VM's name (gcloud), or the JobSet's name prefix (GKE)
+    backend: Backend = "auto"
+    zone: str | None = None
+    project: str | None = None
+    accelerator: str | None = None  # e.g. v5litepod-16: for GKE and export (gcloud reads the TPU VM's)
+    image: str | None = None  # GKE: the container image with torch, torch_xla and the cells' libraries
+    run_dir: str = DEFAULT_RUNS_DIR  # a local directory, or gs://bucket/path: where each run's directory goes
+    namespace: str = "default"  # GKE
+
+
+def launch_pod(
+    program: PodProgram, target: PodTarget, options: LaunchOptions, title: str, write: Write = write_to_sys
+) -> Ending | RunDirectory:
+    """Check, build and start (or, for export, only write) a pod run; `LaunchRefused` lists what to fix."""
+    backend_name = _choose_backend(target)
+    problems = _option_problems(options, program, target, backend_name)
+    tpu, backend = None, None
+    if not problems:
+        try:
+            tpu, backend = _preflight(target, backend_name)
+        except SliceError as error:
+            problems.append(str(error))
+    if tpu is not None and program.mesh is not None and program.mesh.devices != tpu.chips:
+        problems.append(f"--mesh {program.mesh} covers {program.mesh.devices} devices, but a {tpu.accelerator_type} has {tpu.chips}.")
+    if problems:
+        raise LaunchRefused("tpu_nb did not start the pod run:\n" + "\n".join(f"- {problem}" for problem in problems))
+    run = _write_run(program, target, tpu)
+    if backend is None:
+        _print_export(run, target, tpu, write)
+        return run
+    pod_run = PodRun(backend, run, options, title, write)
+    try:
+        return run_pod_in_foreground(pod_run)
+    except (commands.CommandFailed, SliceError) as error:
+        raise LaunchRefused(f"tpu_nb could not start the pod run:\n- {error}") from None
+
+
+def _choose_backend(target: PodTarget) -> Literal["gcloud", "gke", "export"]:
+    if target.backend != "auto":
+        return target.backend
+    if target.image is not None:
+        return "gke"  # only GKE runs a container image
+    if commands.installed("gcloud"):
+        return "gcloud"
+    raise LaunchRefused(
+        "tpu_nb did not start the pod run:\n- gcloud is not installed here: install the Google Cloud CLI "
+        "(https://cloud.google.com/sdk/docs/install), give --image IMAGE to run on GKE with kubectl, "
+        "or --backend export to write the run directory and the commands to start it yourself."
+    )
+
+
+def _option_problems(options: LaunchOptions, program: PodProgram, target: PodTarget, backend: str) -> list[str]:
+    problems = options.problems()
+    if options.cores is not None:
+        problems.append("--cores: a pod run uses every TPU core of every host; leave --cores out.")
+    if options.all_results:
+        problems.append("all_results=True: a pod run returns rank 0's result; leave all_results out.")
+    if target.backend not in BACKENDS:
+        problems.append(f"--backend {target.backend}: choose one of {', '.join(BACKENDS)}.")
+    if backend == "gke":
+        if target.image is None:
+            problems.append(
+                "--backend gke needs --image IMAGE: a container image with torch, torch_xla and the libraries your cells import."
+            )
+        if target.accelerator is None:
+            problems.append("--backend gke needs --accelerator TYPE (e.g. v5litepod-16): the TPU slice the JobSet asks for.")
+        if not _REMOTE.match(target.run_dir):
+            problems.append(
+                "--backend gke needs --run-dir gs://BUCKET/PATH: the pods save the results there (with gcsfs in the image) "
+                "for the notebook to fetch once they are gone."
+            )
+    if backend == "gke" or (backend == "export" and target.image is not None):
+        try:
+            validate_name(target.name)
+        except SliceError as error:
+            problems.append(f"--pod {target.name}: {error}")
+    return problems
+
+
+def _preflight(target: PodTarget, backend: str) -> tuple[TpuSlice | None, PodBackend | None]:
+    """The slice and a backend that reaches it, checked; `SliceError` with the fix otherwise."""
+    if backend == "export":
+        return (None if target.accelerator is None else parse_slice(target.accelerator)), None
+    if backend == "gke":
+        assert target.accelerator is not None and target.image is not None
+        gke = GkeSlice(parse_slice(target.accelerator), target.image, target.namespace)
+        if not commands.installed("kubectl"):
+            raise SliceError("kubectl is not installed here: install it (gcloud components install kubectl), or use --backend export.")
+        gke.check()
+        return gke.tpu, gke
+    if not commands.installed("gcloud"):
+        raise SliceError("gcloud is not installed here: install the Google Cloud CLI, or use --backend export.")
+    _check_gcloud_account()
+    vm = TpuVmSlice(target.name, target.zone, target.project)
+    tpu = vm.describe()
+    problems = version_problems(notebook_packages(), vm.host_versions(), tpu.hosts)
+    if problems:
+        raise SliceError("\n- ".join(problems))
+    return tpu, vm
+
+
+def _check_gcloud_account() -> None:
+    try:
+        account = commands.run(["gcloud", "auth", "list", "--filter=status:ACTIVE", "--format=value(account)"]).strip()
+    except commands.CommandFailed as error:
+        raise SliceError(f"gcloud could not list its accounts: {error}") from None
+    if not account:
+        raise SliceError(
+            "gcloud has no active account: run `gcloud auth login` in a terminal (in Colab: "
+            "from google.colab import auth; auth.authenticate_user()). tpu_nb never prompts."
+        )
+
+
+def version_problems(notebook: dict[str, str | None], hosts: list[HostVersions], expected_hosts: int) -> list[str]:
+    """What the hosts' torch and torch_xla say against the notebook's, each with the fix."""
+    problems = []
+    if len(hosts) != expected_hosts:
+        problems.append(
+            f"{len(hosts)} of the slice's {expected_hosts} hosts answered the version check; check them with gcloud ... ssh --worker=all."
+        )
+    for package in ("torch", "torch_xla"):
+        wanted = notebook.get(package)
+        found = {getattr(host, package) for host in hosts}
+        if wanted is not None and found - {wanted}:
+            differing = sorted(host.host for host in hosts if getattr(host, package) != wanted)
+            problems.append(
+                f"{package} {wanted} in the notebook, but {', '.join(sorted(str(version) for version in found - {wanted}))} on "
+                f"{', '.join(differing)}: install the notebook's version on every host "
+                f"(gcloud compute tpus tpu-vm ssh NAME --worker=all --command='pip install {package}=={wanted}')."
+            )
+        elif wanted is None and len(found) > 1:
+            problems.append(
+                f"the hosts differ in {package} ({', '.join(sorted(map(str, found)))}): install the same version on every host."
+            )
+    return problems
+
+
+def _write_run(program: PodProgram, target: PodTarget, tpu: TpuSlice | None) -> RunDirectory:
+    stamp = datetime.datetime.now().strftime("%m%d-%H%M%S")
+    name = f"{target.name[: 39 - len(stamp)]}-{stamp}"  # a JobSet name fits 40 characters
+    hosts, devices = (1, 1) if tpu is None else (tpu.hosts, tpu.chips)
+    if _REMOTE.match(target.run_dir):
+        run_url = f"{target.run_dir.rstrip('/')}/{name}"
+        run = write_run_directory(program, Path(tempfile.mkdtemp(prefix="tpu_nb-pod-")) / name, name, hosts, devices, run_url)
+        upload(run, run_url)
+        return run
+    return write_run_directory(program, Path(target.run_dir).resolve() / name, name, hosts, devices)
+
+
+def _print_export(run: RunDirectory, target: PodTarget, tpu: TpuSlice | None, write: Write) -> None:
+    lines = [f"tpu_nb: wrote {run.path} (train.py, manifest.json, tpu_nb). Start it on every host at once:"]
+    lines += ["", f"  on each host, from a copy of this directory:  PJRT_DEVICE=TPU python3 train.py   (rank 0 saves {RESULTS}/)"]
+    vm = TpuVmSlice(target.name, target.zone, target.project)
+    lines += ["", "  Cloud TPU VM slice, with gcloud:"]
+    lines += [f"    {_shell(command)}" for command in (vm.ssh(f"mkdir -p {REMOTE_RUNS}"), vm.copy_command(run), vm.start_command(run))]
+    if tpu is not None and target.image is not None:
+        gke = GkeSlice(tpu, target.image, target.namespace)
+        gke.write_manifest(run)
+        lines += ["", "  GKE, with kubectl (the JobSet and its ConfigMap are in jobset.yaml):"]
+        lines += [f"    {_shell(gke.apply_command(run))}", f"    {_shell(gke.logs_command(run))}"]
+    else:
+        lines += ["", "  GKE: give --accelerator TYPE and --image IMAGE too, and jobset.yaml is written for kubectl apply."]
+    write("stdout", "\n".join(lines) + "\n")
+
+
+def _shell(argv: list[str]) -> str:
+    return shlex.join(argv)

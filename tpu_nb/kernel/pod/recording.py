@@ -1,0 +1,51 @@
+"""The `%%tpu_prepare` cells a kernel ran: the first part of every pod run's program.
+
+A cell run again replaces its earlier run where it stood (the frontend's
+cell id tells it apart; without one, its text does), so editing and
+rerunning a preparation cell does not run it twice on the hosts.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tpu_nb.workers.host import Cell
+
+_IPYTHON_CALL = re.compile(r"\bget_ipython\(\)")
+
+
+@dataclass(frozen=True, slots=True)
+class IPythonSyntax:
+    """A line of a cell that only IPython can run (a magic, a `!` command), which `train.py` cannot."""
+
+    line: int  # in the cell as written (line 1 is the cell magic)
+    text: str
+
+
+class PreparedCells:
+    """The recorded cells, in the order they first ran."""
+
+    def __init__(self) -> None:
+        self._cells: dict[str, Cell] = {}
+
+    def record(self, cell: Cell, cell_id: str | None) -> None:
+        self._cells[cell_id or cell.source] = cell
+
+    def cells(self) -> tuple[Cell, ...]:
+        return tuple(self._cells.values())
+
+    def clear(self) -> None:
+        self._cells.clear()
+
+
+def ipython_syntax(source: str, transformed: str) -> IPythonSyntax | None:
+    """The first line of `source` that IPython turned into a `get_ipython()` call, if any.
+
+    IPython rewrites a magic or shell line into one line, so the lines of
+    `source` and `transformed` correspond.
+    """
+    for number, (written, python) in enumerate(zip(source.split("\n"), transformed.split("\n"), strict=False), start=2):
+        if _IPYTHON_CALL.search(python) and not _IPYTHON_CALL.search(written):
+            return IPythonSyntax(number, written.strip())
+    return None

@@ -1,0 +1,137 @@
+"""A Cloud TPU VM slice through `gcloud compute tpus tpu-vm`: check it, copy the run, start it on every host, stop it.
+
+Every command goes to all hosts at once (`--worker=all`), as PyTorch/XLA's
+multi-host runtime needs: each host runs `train.py` from its copy of the run
+directory under `~/tpu_nb_runs/`, and the stream of `--worker=all` output is
+what the notebook follows. Not run on a real slice here (no gcloud, no TPU):
+tests drive it with a fake `gcloud` that runs each host as a local process.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import commands
+from .program import TRAIN_SCRIPT, RunDirectory, download_results
+from .slices import SliceError, TpuSlice, parse_slice
+
+REMOTE_RUNS = "tpu_nb_runs"  # under each host's home directory
+VERSIONS_MARKER = "@tpu_nb-versions "
+# One line per host: its name and the versions every host must share with the notebook.
+_VERSIONS_SCRIPT = (
+    "import json, socket, importlib.metadata as m; "
+    "found = lambda name: next((d.version for d in m.distributions(name=name)), None); "
+    f"print({VERSIONS_MARKER!r} + json.dumps({{'host': socket.gethostname(), 'torch': found('torch'), 'torch_xla': found('torch_xla')}}))"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HostVersions:
+    host: str
+    torch: str | None
+    torch_xla: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TpuVmSlice:
+    """A TPU VM (one host or a pod slice) that gcloud can reach."""
+
+    name: str
+    zone: str | None = None
+    project: str | None = None
+    python: str = "python3"
+
+    @property
+    def label(self) -> str:
+        return f"TPU VM {self.name}" + (f" ({self.zone})" if self.zone else "")
+
+    def gcloud(self, verb: str, *args: str) -> list[str]:
+        """`gcloud compute tpus tpu-vm VERB ARGS`, with this slice's zone and project, never prompting."""
+        where = [*(["--zone", self.zone] if self.zone else []), *(["--project", self.project] if self.project else [])]
+        return ["gcloud", "compute", "tpus", "tpu-vm", verb, *args, *where, "--quiet"]
+
+    def ssh(self, command: str, worker: str = "all") -> list[str]:
+        return self.gcloud("ssh", self.name, f"--worker={worker}", f"--command={command}")
+
+    # What each step runs (also printed for an export).
+
+    def copy_command(self, run: RunDirectory) -> list[str]:
+        return self.gcloud("scp", "--recurse", str(run.path), f"{self.name}:{REMOTE_RUNS}/", "--worker=all")
+
+    def start_command(self, run: RunDirectory) -> list[str]:
+        # PJRT_DEVICE: the hosts' TPU unless their environment says otherwise.
+        return self.ssh(f"cd {_remote(run)} && PJRT_DEVICE=${{PJRT_DEVICE:-TPU}} exec {self.python} {TRAIN_SCRIPT}")
+
+    def stop_command(self, run: RunDirectory, step: int | None) -> list[str]:
+        return self.ssh(f"cd {_remote(run)} && echo {'' if step is None else step} > stop.partial && mv stop.partial stop")
+
+    def kill_command(self, run: RunDirectory) -> list[str]:
+        # host.pgid: the process group train.py leads on each host (see tpu_nb.workers.host).
+        return self.ssh(
+            f"cd {_remote(run)} 2>/dev/null && test -f host.pgid && group=$(cat host.pgid) && "
+            "{ kill -TERM -- -$group 2>/dev/null; sleep 2; kill -KILL -- -$group 2>/dev/null; }; true"
+        )
+
+    def fetch_command(self, run: RunDirectory, into: Path) -> list[str]:
+        return self.gcloud("scp", "--recurse", f"{self.name}:{_remote(run)}/results", f"{into}/", "--worker=0")
+
+    # Preflight.
+
+    def describe(self) -> TpuSlice:
+        """The slice's shape from gcloud; `SliceError` (with the fix) when it is missing, not ready or odd."""
+        try:
+            found = json.loads(commands.run(self.gcloud("describe", self.name, "--format=json")))
+        except commands.CommandFailed as error:
+            raise SliceError(
+                f"gcloud found no TPU VM named {self.name!r}{' in zone ' + self.zone if self.zone else ''}: check --zone and "
+                f"--project, or create it (gcloud compute tpus tpu-vm create {self.name} --accelerator-type v5litepod-16 "
+                f"--version v2-alpha-tpuv5-lite ...).\n{error}"
+            ) from None
+        state = found.get("state")
+        if state != "READY":
+            raise SliceError(f"TPU VM {self.name} is {state}, not READY: start it (gcloud compute tpus tpu-vm start {self.name}) and wait.")
+        tpu = parse_slice(str(found.get("acceleratorType", "")))
+        endpoints = len(found.get("networkEndpoints", []))
+        if endpoints != tpu.hosts:
+            raise SliceError(f"TPU VM {self.name} is a {tpu.accelerator_type} ({tpu.hosts} hosts) but gcloud lists {endpoints} hosts.")
+        return tpu
+
+    def host_versions(self) -> list[HostVersions]:
+        """torch and torch_xla on every host (and the run directories' parent made there, on the way)."""
+        output = commands.run(self.ssh(f"mkdir -p {REMOTE_RUNS} && {self.python} -c {shlex.quote(_VERSIONS_SCRIPT)}"))
+        found = []
+        for line in output.splitlines():
+            if line.startswith(VERSIONS_MARKER):
+                record = json.loads(line[len(VERSIONS_MARKER) :])
+                found.append(HostVersions(record["host"], record["torch"], record["torch_xla"]))
+        return found
+
+    # Running.
+
+    def start(self, run: RunDirectory) -> subprocess.Popen[str]:
+        commands.run(self.copy_command(run))
+        return commands.start(self.start_command(run))
+
+    def stop(self, run: RunDirectory, step: int | None) -> None:
+        commands.run(self.stop_command(run, step))
+
+    def kill(self, run: RunDirectory) -> None:
+        commands.run(self.kill_command(run))
+
+    def fetch_results(self, run: RunDirectory, into: Path) -> Path:
+        """Copy rank 0's results (from the run's gs:// location, or host 0) into `into`; the local results directory."""
+        if run.run_url is not None:
+            return download_results(run.run_url, into)
+        commands.run(self.fetch_command(run, into))
+        return into / "results"
+
+    def clean_up(self, run: RunDirectory) -> None:
+        """Nothing runs on the hosts any more; their copy of the run directory stays for a look."""
+
+
+def _remote(run: RunDirectory) -> str:
+    return f"{REMOTE_RUNS}/{run.path.name}"

@@ -1,0 +1,195 @@
+"""A pod host's part of a run: what the generated `train.py` calls on every host of a TPU slice.
+
+On one machine the kernel forks a supervisor, which forks the workers. On a
+pod, every host runs `python train.py` at the same time and this module
+plays the kernel's part there: it runs the prepared cells (as the notebook
+ran them), forks the workers with the training cell, and sends every event
+to stdout as JSON lines (`tpu_nb.wire.host_lines`), which the notebook
+reads through gcloud or kubectl. A graceful stop arrives as a `stop` file in
+the run directory holding the step to stop at, written on every host by the
+notebook. Rank 0 (on host 0) saves the results in `results/`, and copies them
+to the run's `gs://` location when it has one.
+"""
+
+from __future__ import annotations
+
+import json
+import linecache
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from tpu_nb.runtime.system import installed_version
+from tpu_nb.wire.host_lines import HostEnded, LineWriter
+from tpu_nb.wire.mesh import MeshShape
+from tpu_nb.wire.results import ExceptionReport, load_exceptions
+from tpu_nb.wire.stop_request import StopRequest
+
+from .output import capture_output, flush_output
+from .programs import compile_cell
+from .supervisor import spawn_workers
+from .tracebacks import format_user_traceback
+from .worker import WorkerPayload
+
+MANIFEST = "manifest.json"
+STOP_FILE = "stop"
+GROUP_FILE = "host.pgid"
+RESULTS = "results"
+MATCHED_PACKAGES = ("torch", "torch_xla")  # a mismatch across hosts or with the notebook breaks the run, or its results
+STOP_POLL_SECONDS = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """A notebook cell as `train.py` holds it: its name, its magic line, its code from line 2."""
+
+    name: str  # "In [3]", as the notebook showed it
+    magic: str  # "%%tpu_prepare", line 1 of the cell as written
+    source: str
+
+    @classmethod
+    def block(cls, name: str, magic: str, source: str) -> Cell:
+        """From `train.py`'s literal, which opens and closes with a newline of its own to read as code."""
+        return cls(name, magic, source.removeprefix("\n").removesuffix("\n"))
+
+    def lines_as_written(self) -> list[str]:
+        return [self.magic + "\n", *(line + "\n" for line in self.source.split("\n"))]
+
+
+@dataclass(frozen=True, slots=True)
+class HostPlan:
+    """The run as the manifest describes it (written by the notebook)."""
+
+    hosts: int
+    devices: int
+    return_names: tuple[str, ...]
+    mesh: MeshShape | None
+    doctor: bool
+    compile_cache: str | None
+    run_url: str | None
+    packages: dict[str, str | None]  # the notebook's versions
+
+    @classmethod
+    def read(cls, path: Path) -> HostPlan:
+        manifest = json.loads(path.read_text())
+        run = manifest["run"]
+        return cls(
+            hosts=int(run["hosts"]),
+            devices=int(run["devices"]),
+            return_names=tuple(run["return_names"]),
+            mesh=None if run["mesh"] is None else MeshShape.parse(run["mesh"]),
+            doctor=bool(run["doctor"]),
+            compile_cache=run["compile_cache"],
+            run_url=run["run_url"],
+            packages=dict(manifest["notebook"]["packages"]),
+        )
+
+
+def run_host(namespace: dict[str, Any], prepared: Sequence[Cell], train: Cell) -> NoReturn:
+    """`train.py`'s main: run this host's part and exit with its status."""
+    run_dir = Path(namespace["__file__"]).resolve().parent
+    writer = LineWriter(os.dup(sys.stdout.fileno()), host_index())
+    sys.exit(_run_host(run_dir, writer, namespace, prepared, train))
+
+
+def host_index(environ: dict[str, str] | None = None) -> int:
+    """This host's number in the slice: what GKE and the TPU VM metadata say (0 on one machine)."""
+    environ = dict(os.environ) if environ is None else environ
+    for name in ("TPU_WORKER_ID", "CLOUD_TPU_TASK_ID"):
+        if environ.get(name, "").isdigit():
+            return int(environ[name])
+    if environ.get("PJRT_DEVICE") == "TPU":
+        from torch_xla._internal import tpu  # reads the VM's metadata; starts no runtime
+
+        return int(tpu.worker_id())
+    return 0
+
+
+def version_problem(plan: HostPlan, host: int) -> str | None:
+    """What differs from the notebook in the packages every host must match, with the fix."""
+    here = {name: installed_version(name) for name in MATCHED_PACKAGES}
+    differ = [name for name in MATCHED_PACKAGES if here[name] != plan.packages.get(name)]
+    if not differ:
+        return None
+    found = ", ".join(f"{name} {here[name] or 'not installed'}" for name in differ)
+    wanted = " ".join(f"{name}=={plan.packages[name]}" for name in differ if plan.packages.get(name))
+    return f"host {host} has {found}, unlike the notebook; install the notebook's versions on every host: pip install {wanted}"
+
+
+def _run_host(run_dir: Path, writer: LineWriter, namespace: dict[str, Any], prepared: Sequence[Cell], train: Cell) -> int:
+    plan = HostPlan.read(run_dir / MANIFEST)
+    _lead_process_group(run_dir)
+    problem = version_problem(plan, writer.host)
+    if problem is not None:
+        writer.send(HostEnded("refused", problem))
+        return 3
+    capture_output(writer)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # as on one machine (tpu_nb.kernel.environment)
+    stop_request = StopRequest(plan.devices)
+    threading.Thread(target=_watch_for_stop, args=(run_dir / STOP_FILE, stop_request), name="tpu_nb-stop-file", daemon=True).start()
+    for cell in (*prepared, train):
+        linecache.cache[cell.name] = (0, None, cell.lines_as_written(), cell.name)  # tracebacks show the cell's lines
+    try:
+        for cell in prepared:
+            exec(compile("\n" + cell.source, cell.name, "exec"), namespace)
+    except Exception as error:  # noqa: BLE001 - the user's error goes to the notebook
+        flush_output()
+        writer.send(ExceptionReport(None, plan.hosts, type(error).__name__, str(error), format_user_traceback(error)))
+        writer.send(HostEnded("raised"))
+        return 1
+    program = compile_cell(train.source, train.name, namespace, plan.return_names, first_line=2)
+    results = run_dir / RESULTS
+    results.mkdir(exist_ok=True)
+    report = spawn_workers(WorkerPayload(program, writer, stop_request, results, False, plan.mesh, plan.doctor, plan.compile_cache))
+    flush_output()
+    raised = load_exceptions(results)
+    for rank in sorted(raised):
+        writer.send(raised[rank])
+    if raised:
+        writer.send(HostEnded("raised"))
+        return 1
+    if report.error is not None:
+        writer.send(HostEnded("died", f"{report.error} (worker exit codes: {sorted(report.exit_codes.values())})"))
+        return 1
+    if plan.run_url is not None and (results / "result-0.index").exists():
+        _upload(results, f"{plan.run_url.rstrip('/')}/{RESULTS}")
+    writer.send(HostEnded("done"))
+    return 0
+
+
+def _lead_process_group(run_dir: Path) -> None:
+    """Lead a process group of this host's processes, so the notebook's Kill ends them all with one signal."""
+    try:
+        os.setpgid(0, 0)
+    except PermissionError:
+        pass  # a session leader (ssh started us with exec) leads its group already
+    if os.getpgrp() == os.getpid():
+        (run_dir / GROUP_FILE).write_text(str(os.getpid()))
+
+
+def _watch_for_stop(path: Path, stop_request: StopRequest) -> None:
+    while not stop_request.requested:
+        time.sleep(STOP_POLL_SECONDS)
+        try:
+            text = path.read_text().strip()
+        except FileNotFoundError:
+            continue
+        if text.isdigit():
+            stop_request.request_at(int(text))
+        else:
+            stop_request.request()  # no step known: each host stops one past its furthest rank
+
+
+def _upload(results: Path, url: str) -> None:
+    """Copy rank 0's results to the run's location (gs:// through gcsfs), where the notebook fetches them."""
+    import fsspec
+
+    filesystem, root = fsspec.core.url_to_fs(url)
+    filesystem.makedirs(root, exist_ok=True)
+    for path in sorted(results.iterdir()):
+        filesystem.put_file(str(path), f"{root}/{path.name}")
