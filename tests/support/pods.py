@@ -64,3 +64,27 @@ def simulate_slice(
     monkeypatch.setenv("FAKE_GCLOUD_ACCELERATOR", accelerator)
     monkeypatch.setenv("FAKE_GCLOUD_HOSTS", str(hosts))
     return SimulatedSlice(root, name, hosts)
+
+
+@dataclass
+class SimulatedCluster:
+    """The fake kubectl's state: its calls, the manifests applied, the pods' directories."""
+
+    root: Path
+
+    def calls(self) -> list[list[str]]:
+        path = self.root / "calls.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def live_processes(self) -> list[str]:
+        return SimulatedSlice(self.root, "", 0).live_processes()
+
+
+def simulate_gke(monkeypatch: pytest.MonkeyPatch, root: Path, nodes: int) -> SimulatedCluster:
+    """Put the fake kubectl first on PATH, with a cluster of `nodes` TPU nodes."""
+    root.mkdir(parents=True, exist_ok=True)
+    install_fake("kubectl", root / "bin")
+    monkeypatch.setenv("PATH", f"{root / 'bin'}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_KUBECTL_ROOT", str(root))
+    monkeypatch.setenv("FAKE_KUBECTL_NODES", str(nodes))
+    return SimulatedCluster(root)

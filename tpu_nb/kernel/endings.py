@@ -82,7 +82,8 @@ def ending_of(outcome: Outcome) -> Ending:
         report = outcome.report
         advice = explain_out_of_memory(report.message)
         error = WorkerError(report.rank, report.world_size, report.type_name, report.message, report.traceback_lines, advice, outcome.host)
-        text = f"{where_raised(report.rank, report.world_size, outcome.host)} raised {report.type_name}: {report.message}"
+        who = f"rank {report.rank}" if outcome.host is None else where_raised(report.rank, report.world_size, outcome.host)
+        text = f"{who} raised {report.type_name}: {report.message}"
         return Ending("failed", text if advice is None else f"{text}\n{advice}", error)
     if isinstance(outcome, Died):
         if outcome.cause is not None:

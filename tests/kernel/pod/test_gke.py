@@ -1,0 +1,85 @@
+"""Pod runs on a simulated GKE cluster: the fake kubectl runs the applied JobSet's pods as local processes.
+
+The results travel through a `file://` location standing in for gs:// (the
+same fsspec calls; gcsfs is what a real bucket needs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+from support.pods import SimulatedCluster, simulate_gke
+from support.processes import wait_until
+
+from tpu_nb.kernel.errors import LaunchRefused
+
+PREPARE = """%%tpu_prepare
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+data = torch.randn(32, 4)
+"""
+
+TRAIN = """
+import torch_xla
+model.to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(10):
+    loss = model(data.to(device)).pow(2).mean()
+    loss.backward(); optimizer.step(); optimizer.zero_grad(); torch_xla.sync()
+    report(step=step, loss=loss)
+round(float(loss), 6)
+"""
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> SimulatedCluster:
+    monkeypatch.chdir(tmp_path)
+    return simulate_gke(monkeypatch, tmp_path / "cluster", nodes=2)
+
+
+def test_a_gke_run_applies_a_jobset_follows_its_pods_fetches_the_results_and_deletes_it(
+    ip: InteractiveShell, cluster: SimulatedCluster, tmp_path: Path
+) -> None:
+    bucket = tmp_path / "bucket"
+    with capture_output():
+        assert ip.run_cell(PREPARE).success
+        before = ip.user_ns["model"].weight.detach().clone()
+        magic = f"%%tpu_train --pod tiny --image example.com/torch-xla:2.9 --accelerator v4-16 --run-dir file://{bucket} --no-progress --return model"
+        result = ip.run_cell(magic + TRAIN)
+    assert result.success, result.error_in_exec
+    assert isinstance(result.result, float)
+    assert not torch.equal(ip.user_ns["model"].weight, before)
+
+    applied = list(yaml.safe_load_all((cluster.root / "applied.yaml").read_text()))
+    jobset = next(item for item in applied if item["kind"] == "JobSet")
+    name = jobset["metadata"]["name"]
+    assert name.startswith("tiny-")
+    job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert job["parallelism"] == 2  # a v4-16 is 2 hosts of 4 chips
+    assert [results.name for results in (bucket / name / "results").iterdir()]  # host 0 saved them at the run's location
+    verbs = [call[0] for call in cluster.calls()]
+    assert verbs[:3] == ["auth", "get", "apply"] and "logs" in verbs
+    assert any(call[:3] == ["delete", "jobset", name] for call in cluster.calls())  # nothing left in the cluster
+    assert any(call[:3] == ["delete", "configmap", f"{name}-run"] for call in cluster.calls())
+    assert wait_until(lambda: cluster.live_processes() == [], 10)
+
+
+def test_refused_when_the_cluster_lacks_the_nodes_or_the_run_a_bucket(
+    ip: InteractiveShell, cluster: SimulatedCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    magic = "%%tpu_train --pod tiny --image example.com/torch-xla:2.9 --accelerator v4-16 --no-progress"
+    with capture_output():
+        result = ip.run_cell(f"{magic} --run-dir local-dir\n1")
+    assert isinstance(result.error_in_exec, LaunchRefused) and "--run-dir gs://BUCKET/PATH" in str(result.error_in_exec)
+    monkeypatch.setenv("FAKE_KUBECTL_NODES", "1")
+    with capture_output():
+        result = ip.run_cell(f"{magic} --run-dir file://{tmp_path}/bucket\n1")
+    assert isinstance(result.error_in_exec, LaunchRefused)
+    assert "the cluster has 1 nodes with tpu-v4-podslice in topology 2x2x2; a v4-16 needs 2" in str(result.error_in_exec)
+    assert not any(call[0] == "apply" for call in cluster.calls())
