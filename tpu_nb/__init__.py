@@ -72,8 +72,8 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     import importlib
 
-    if name == "spmd":  # tpu_nb.spmd.shard_model(...) without importing tpu_nb.spmd first
-        return importlib.import_module("tpu_nb.spmd")
+    if name in ("spmd", "pod"):  # tpu_nb.spmd.shard_model(...), tpu_nb.pod.launch(...) without importing them first
+        return importlib.import_module(f"tpu_nb.{name}")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'tpu_nb' has no attribute {name!r}")

@@ -36,3 +36,13 @@ def test_the_request_reaches_a_forked_worker() -> None:
     os.waitpid(pid, 0)
     stopped_at = int(os.read(read_fd, 100))
     assert stopped_at == control.stop_step
+
+
+def test_a_stop_at_a_given_step_is_that_step_for_every_rank() -> None:
+    control = StopRequest(ranks=2)
+    control.should_stop(0, 3)
+    control.request_at(12)  # a pod: the notebook chose the step for every host
+    assert not control.should_stop(0, 4)
+    assert not control.should_stop(1, 11)
+    assert control.stop_step == 12
+    assert control.should_stop(0, 12) and control.should_stop(1, 12)

@@ -256,6 +256,14 @@ def report_returns(applied: AppliedReturns, write: Write) -> UsageError | None:
     return None
 
 
+def recorded_cells() -> tuple[Cell, ...]:
+    """The running shell's %%tpu_prepare cells (none outside IPython, or before `%load_ext tpu_nb`)."""
+    if not InteractiveShell.initialized():
+        return ()
+    magics = InteractiveShell.instance().magics_manager.registry.get(TpuMagics.__name__)
+    return magics.prepared.cells() if isinstance(magics, TpuMagics) else ()
+
+
 def load(ipython: InteractiveShell) -> None:
     ipython.register_magics(TpuMagics)
 

@@ -184,3 +184,23 @@ def test_refused_before_anything_starts(ip: InteractiveShell, pod: SimulatedSlic
     assert not any("ssh" in call for call in pod.calls())  # nothing ran on any host
     result, _ = run_cell(ip, "%%tpu_train --pod my-slice --cores 2\n1")
     assert isinstance(result.error_in_exec, UsageError) and "--cores" in str(result.error_in_exec)
+
+
+def test_pod_launch_runs_a_function_after_the_prepared_cells(ip: InteractiveShell, pod: SimulatedSlice) -> None:
+    with capture_output():
+        assert ip.run_cell("%%tpu_prepare\n" + PREPARE).success
+        result = ip.run_cell(
+            "def train():\n"
+            "    import torch_xla\n"
+            "    model.to(device)\n"
+            "    loss = torch.nn.functional.mse_loss(model(data.to(device)), target.to(device))\n"
+            "    loss.backward()\n"
+            "    return round(float(loss), 6)\n"
+            "import tpu_nb\n"
+            "tpu_nb.pod.launch(train, 'my-slice', returns=('model',), progress=False)\n"
+        )
+    assert result.success, result.error_in_exec
+    assert isinstance(result.result.value, float)
+    weights = result.result.returned["model"]
+    assert set(weights) == {"weight", "bias"} and isinstance(weights["weight"], torch.Tensor)
+    assert pod.live_processes() == []

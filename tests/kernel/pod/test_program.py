@@ -14,8 +14,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from tpu_nb.kernel.pod.program import PodProgram, archive, train_script, write_run_directory
-from tpu_nb.wire.host_lines import HostEnded, decode
 from tpu_nb.wire.events import Progress, WorkerStarted
+from tpu_nb.wire.host_lines import HostEnded, decode
 from tpu_nb.wire.results import ModuleWeights, load_result
 from tpu_nb.workers.host import Cell
 
@@ -49,7 +49,9 @@ def run_cell(shell: InteractiveShell, cell: str):  # type: ignore[no-untyped-def
     return result
 
 
-def test_the_exported_train_py_gives_the_same_result_as_tpu_train(ip: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_exported_train_py_gives_the_same_result_as_tpu_train(
+    ip: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     run_cell(ip, PREPARE)
     local = run_cell(ip, "%%tpu_train --no-progress --return model" + TRAIN).result

@@ -38,3 +38,17 @@ def test_every_pill_reads_at_aa_contrast_in_any_theme() -> None:
     for colour in {*PHASE_COLOURS.values(), *HEALTH_COLOURS.values(), OTHER_PHASE_COLOUR}:
         background = relative_luminance(colour)
         assert (max(text, background) + 0.05) / (min(text, background) + 0.05) >= 4.5, colour
+
+
+def test_a_pod_runs_worker_rows_are_hosts() -> None:
+    from tpu_nb.kernel.progress.html_parts import workers_html
+    from tpu_nb.kernel.progress.state import ProgressState
+    from tpu_nb.wire.events import Heartbeat, WorkerStarted
+
+    progress = ProgressState("%%tpu_train --pod my-slice", "TPU VM my-slice", expected_workers=2, worker_noun="host")
+    for host in (0, 1):
+        progress.on_event(WorkerStarted(host, 2, 100 + host, "xla:0"))
+        progress.on_event(Heartbeat(host, 7, "train", 2, 1.5))
+    table = workers_html(progress.snapshot())
+    assert re.findall(r"<th[^>]*>([^<]*)</th>", table)[0] == "Host"
+    assert [row[0] for row in (re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table)[1:])] == ["0", "1"]

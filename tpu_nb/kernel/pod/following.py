@@ -130,7 +130,7 @@ class PodRun:
     def start(self) -> None:
         """Show the dashboard, copy the run to the hosts and start it there."""
         if self.options.progress:
-            self._display = make_display(self.title, self.backend.label, self.run.hosts)
+            self._display = make_display(self.title, self.backend.label, self.run.hosts, worker_noun="host")
             self._observers.append(self._display)
         self._process = self.backend.start(self.run)
         self._lines = _Lines(self._process)
@@ -185,7 +185,10 @@ class PodRun:
         if not self._steps:
             return None  # no step seen yet: each host stops one past its furthest rank
         (first_time, first_step), (last_time, last_step) = self._steps[0], self._steps[-1]
-        rate = (last_step - first_step) / (last_time - first_time) if last_time > first_time else 0.0
+        if last_time - first_time >= 0.5:
+            rate = (last_step - first_step) / (last_time - first_time)
+        else:  # too few reports yet: the rate since the start (compiling included), doubled to stay ahead
+            rate = 2 * (last_step + 1) / max(last_time - self._started_at, 1e-3)
         elapsed = time.monotonic() - last_time
         return last_step + math.ceil(rate * (elapsed + STOP_AHEAD_SECONDS)) + 1
 
@@ -258,7 +261,7 @@ class PodRun:
         elif isinstance(event, WorkerStarted):
             if host not in self._hosts_started:
                 self._hosts_started.add(host)
-                self._deliver(WorkerStarted(host, self.run.hosts, event.pid, f"host {host}: {event.device}"))
+                self._deliver(WorkerStarted(host, self.run.hosts, event.pid, event.device))
         else:
             if isinstance(event, Stopping) and host == 0:
                 self._stopping_step = event.step

@@ -8,14 +8,18 @@ directory and prints the commands that would start it.
 from __future__ import annotations
 
 import datetime
+import inspect
 import re
 import shlex
 import tempfile
+import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from tpu_nb.workers.host import RESULTS
+from tpu_nb.wire.results import ModuleWeights
+from tpu_nb.workers.host import RESULTS, Cell
 
 from ..endings import Ending
 from ..errors import LaunchRefused
@@ -206,3 +210,52 @@ def _print_export(run: RunDirectory, target: PodTarget, tpu: TpuSlice | None, wr
 
 def _shell(argv: list[str]) -> str:
     return shlex.join(argv)
+
+
+@dataclass(frozen=True, slots=True)
+class PodResult:
+    """What `tpu_nb.pod.launch` gives back: rank 0's value and its `returns` (a module as its state dict)."""
+
+    value: Any
+    returned: dict[str, Any]
+
+
+def launch_function(
+    train: str | Callable[[], Any],
+    pod: str,
+    target: PodTarget,
+    options: LaunchOptions,
+    returns: tuple[str, ...],
+    prepared: tuple[Cell, ...],
+) -> PodResult | RunDirectory:
+    """`tpu_nb.pod.launch`: `train` is the training cell's code, or a function (its source is sent, then it is called)."""
+    if callable(train):
+        try:
+            source = textwrap.dedent(inspect.getsource(train))
+        except (OSError, TypeError) as error:
+            raise LaunchRefused(
+                f"tpu_nb did not start the pod run:\n- its source cannot be read ({error}): pass the code as a string."
+            ) from None
+        name = getattr(train, "__name__", "train")
+        code, title = f"{source}\n{name}()", f"tpu_nb.pod.launch({name})"
+    else:
+        code, title = train, "tpu_nb.pod.launch"
+    program = PodProgram(
+        prepared,
+        Cell("tpu_nb.pod.launch", "# tpu_nb.pod.launch", code),
+        returns,
+        options.spmd,
+        options.mesh,
+        options.doctor,
+        options.compile_cache,
+    )
+    ending = launch_pod(program, target, options, title)
+    if not isinstance(ending, Ending):
+        return ending
+    if ending.error is not None:
+        raise ending.error
+    result = ending.results[0]
+    returned = {name: value.state_dict if isinstance(value, ModuleWeights) else value for name, value in result.returned.items()}
+    if result.missing:
+        raise LaunchRefused(f"returns: the code did not define {', '.join(result.missing)} on rank 0; everything else came back.")
+    return PodResult(result.value, returned)

@@ -20,9 +20,12 @@ class ProgressDisplay(Protocol):
     def finish(self, status: RunStatus, detail: str | None = None) -> None: ...
 
 
-def make_display(title: str, runtime_label: str, expected_workers: int) -> ProgressDisplay:
-    """A fresh ProgressState behind a dashboard (shown now, in the current cell) or a text status line."""
-    progress = ProgressState(title, runtime_label, expected_workers)
+def make_display(title: str, runtime_label: str, expected_workers: int, worker_noun: str = "rank") -> ProgressDisplay:
+    """A fresh ProgressState behind a dashboard (shown now, in the current cell) or a text status line.
+
+    `worker_noun`: what each worker row is ("rank", or "host" for a pod run).
+    """
+    progress = ProgressState(title, runtime_label, expected_workers, worker_noun=worker_noun)
     if not in_notebook_kernel():
         return TextProgress(progress)
     from .dashboard import Dashboard  # imports ipywidgets: only in a kernel that shows widgets

@@ -104,7 +104,15 @@ def workers_html(snapshot: ProgressSnapshot) -> str:
     if not snapshot.workers:
         return ""
     with_memory = any(worker.memory is not None for worker in snapshot.workers)
-    labels = ["Rank", "Device", "Step", "Phase", "Last heard", "Compilations", *(["Memory"] if with_memory else [])]
+    labels = [
+        snapshot.worker_noun.capitalize(),
+        "Device",
+        "Step",
+        "Phase",
+        "Last heard",
+        "Compilations",
+        *(["Memory"] if with_memory else []),
+    ]
     header = "".join(f'<th style="{_LEFT_CELL}">{label}</th>' for label in labels)
     rows = []
     for worker in snapshot.workers:

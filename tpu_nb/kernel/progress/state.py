@@ -130,6 +130,7 @@ class ProgressSnapshot:
     recompilation: RecompilationWarning | None
     notices: tuple[str, ...]
     diagnoses: tuple[Diagnosis, ...] = ()  # the XLA doctor's findings, one per kind and place
+    worker_noun: str = "rank"  # what a worker row stands for: a rank, or a pod run's host
 
     @property
     def memory(self) -> tuple[int, int] | None:
@@ -183,8 +184,10 @@ class ProgressState:
         runtime_label: str,
         expected_workers: int,
         clock: Callable[[], float] = time.monotonic,
+        worker_noun: str = "rank",
     ) -> None:
         self.title = title
+        self.worker_noun = worker_noun
         self.runtime_label = runtime_label
         self.clock = clock
         self._expected_workers = expected_workers
@@ -275,6 +278,7 @@ class ProgressState:
             recompilation=self._compiles.warning(),
             notices=tuple(self._notices),
             diagnoses=tuple(self._diagnoses.values()),
+            worker_noun=self.worker_noun,
         )
 
     def _on_heartbeat(self, event: Heartbeat, worker: _Worker, now: float) -> None:

@@ -142,7 +142,11 @@ def health_brief(snapshot: ProgressSnapshot) -> str:
     else:
         parts = [f"{count} compilation{'' if count == 1 else 's'}" + (", stable" if snapshot.warmed_up else " so far")]
     parts.append(workers_text(snapshot))
-    parts += [f"rank {worker.rank} silent {format_duration(worker.seconds_since_heard)}" for worker in snapshot.workers if worker.stale]
+    parts += [
+        f"{snapshot.worker_noun} {worker.rank} silent {format_duration(worker.seconds_since_heard)}"
+        for worker in snapshot.workers
+        if worker.stale
+    ]
     if snapshot.memory is not None:
         used, limit = snapshot.memory
         parts.append(f"memory {used / max(limit, 1):.0%}")

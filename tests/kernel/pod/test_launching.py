@@ -1,0 +1,56 @@
+"""Choosing a pod backend and checking the hosts' versions, before anything starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from tpu_nb.kernel.errors import LaunchRefused
+from tpu_nb.kernel.pod.launching import version_problems
+from tpu_nb.kernel.pod.tpu_vm import HostVersions
+
+NOTEBOOK = {"torch": "2.9.0", "torch_xla": "2.9.0"}
+
+
+def test_hosts_with_the_notebooks_versions_pass() -> None:
+    hosts = [HostVersions(f"w-{n}", "2.9.0", "2.9.0") for n in range(4)]
+    assert version_problems(NOTEBOOK, hosts, 4) == []
+
+
+def test_a_host_with_other_versions_or_a_silent_host_is_named_with_the_fix() -> None:
+    hosts = [HostVersions("w-0", "2.9.0", "2.9.0"), HostVersions("w-1", "2.8.0", "2.9.0")]
+    [silent, torch] = version_problems(NOTEBOOK, hosts, 4)
+    assert silent.startswith("2 of the slice's 4 hosts answered")
+    assert "torch 2.9.0 in the notebook, but 2.8.0 on w-1" in torch and "pip install torch==2.9.0" in torch
+
+
+def test_without_torch_xla_in_the_notebook_the_hosts_must_still_agree() -> None:
+    hosts = [HostVersions("w-0", "2.9.0", "2.9.0"), HostVersions("w-1", "2.9.0", "2.8.0")]
+    [problem] = version_problems({"torch": "2.9.0", "torch_xla": None}, hosts, 2)
+    assert "the hosts differ in torch_xla (2.8.0, 2.9.0)" in problem
+
+
+def test_without_gcloud_or_an_image_the_user_is_told_the_three_ways(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no gcloud, no kubectl
+    with capture_output():
+        result = ip.run_cell("%%tpu_train --pod my-slice\n1")
+    assert isinstance(result.error_in_exec, LaunchRefused)
+    message = str(result.error_in_exec)
+    assert "gcloud is not installed here" in message and "--image" in message and "--backend export" in message
+
+
+def test_export_writes_the_jobset_and_prints_the_commands(ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    with capture_output() as captured:
+        result = ip.run_cell("%%tpu_train --pod tiny --backend export --accelerator v5litepod-16 --image example.com/xla:2.9\n1")
+    assert result.success, result.error_in_exec
+    [run_dir] = (tmp_path / "tpu_nb_pod_runs").iterdir()
+    assert (run_dir / "jobset.yaml").exists() and (run_dir / "train.py").exists()
+    assert f"kubectl apply -f {run_dir}/jobset.yaml" in captured.stdout
+    assert "gcloud compute tpus tpu-vm ssh tiny --worker=all" in captured.stdout
+    assert "exec python3 train.py" in captured.stdout

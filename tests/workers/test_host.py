@@ -1,0 +1,35 @@
+"""A pod host's part: which host it is, and refusing to start with other versions than the notebook's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tpu_nb.kernel.pod.program import PodProgram, write_run_directory
+from tpu_nb.wire.host_lines import HostEnded, decode
+from tpu_nb.workers.host import Cell, host_index
+
+
+def test_the_host_index_comes_from_gke_or_the_tpu_vm() -> None:
+    assert host_index({"TPU_WORKER_ID": "3"}) == 3
+    assert host_index({"CLOUD_TPU_TASK_ID": "1"}) == 1
+    assert host_index({"PJRT_DEVICE": "CPU"}) == 0
+
+
+def test_a_host_with_other_versions_refuses_before_running_anything(tmp_path: Path) -> None:
+    program = PodProgram((Cell("In [1]", "%%tpu_prepare", "open('ran', 'w')"),), Cell("In [2]", "%%tpu_train --pod x", "1"))
+    run = write_run_directory(program, tmp_path / "run", "run", hosts=2, devices=8)
+    manifest = json.loads((run.path / "manifest.json").read_text())
+    manifest["notebook"]["packages"]["torch"] = "1.0.0"
+    (run.path / "manifest.json").write_text(json.dumps(manifest))
+    done = subprocess.run(
+        [sys.executable, "train.py"], cwd=run.path, env={**os.environ, "TPU_WORKER_ID": "1"}, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 3
+    [line] = [decode(line) for line in done.stdout.splitlines()]
+    assert line.host == 1 and isinstance(line.event, HostEnded) and line.event.status == "refused"
+    assert line.event.detail is not None and "host 1 has torch" in line.event.detail and "pip install torch==1.0.0" in line.event.detail
+    assert not (run.path / "ran").exists()

@@ -1,0 +1,65 @@
+"""`tpu_nb.pod`: run training on a multi-host TPU pod slice from Python (what `%%tpu_train --pod` does for a cell).
+
+    result = tpu_nb.pod.launch(train, "my-slice", zone="us-east5-b", returns=("model",))
+    model.load_state_dict(result.returned["model"])
+
+`train` is the training code (a string, or a function whose source is sent
+and called); the `%%tpu_prepare` cells run so far come first on every host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpu_nb.kernel.pod.launching import PodResult
+    from tpu_nb.kernel.pod.program import RunDirectory
+
+
+def launch(
+    train: str | Callable[[], Any],
+    pod: str,
+    *,
+    backend: str = "auto",
+    zone: str | None = None,
+    project: str | None = None,
+    accelerator: str | None = None,
+    image: str | None = None,
+    run_dir: str = "tpu_nb_pod_runs",
+    namespace: str = "default",
+    returns: tuple[str, ...] = (),
+    spmd: bool = False,
+    mesh: str | None = None,
+    doctor: bool = True,
+    compile_cache: str | None = None,
+    timeout: float | None = None,
+    progress: bool = True,
+    stop_grace: float = 5.0,
+    all_ranks_output: bool = False,
+    prepared: bool = True,
+) -> PodResult | RunDirectory:
+    """Run `train` on every host of the TPU slice `pod` and return rank 0's value and `returns`, as a `PodResult`.
+
+    `backend`: "gcloud" (a TPU VM slice named `pod`), "gke" (a JobSet named
+    after `pod`, with `image`, `accelerator` and a gs:// `run_dir`), "export"
+    (write the run directory and print the commands; returns the
+    `RunDirectory`), or "auto" (gke with an image, else gcloud). `prepared`:
+    run the notebook's `%%tpu_prepare` cells first on every host. An interrupt
+    stops every host gracefully at the same step; a second one ends them.
+    Raises `LaunchRefused` (nothing started) with what to fix, or what
+    `tpu_nb.launch` raises when the run fails.
+    """
+    from tpu_nb.kernel.errors import LaunchRefused
+    from tpu_nb.kernel.magics import recorded_cells
+    from tpu_nb.kernel.options import LaunchOptions
+    from tpu_nb.kernel.pod.launching import PodTarget, launch_function
+    from tpu_nb.wire.mesh import MeshError, MeshShape
+
+    try:
+        mesh_shape = None if mesh is None else MeshShape.parse(mesh)
+    except MeshError as error:
+        raise LaunchRefused(f"tpu_nb did not start the pod run:\n- {error}") from None
+    options = LaunchOptions(None, timeout, all_ranks_output, progress, False, stop_grace, spmd, mesh_shape, doctor, compile_cache)
+    target = PodTarget(pod, backend, zone, project, accelerator, image, run_dir, namespace)  # type: ignore[arg-type]
+    return launch_function(train, pod, target, options, tuple(returns), recorded_cells() if prepared else ())
