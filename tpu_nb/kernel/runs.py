@@ -130,6 +130,11 @@ class Run:
         """A graceful stop was asked for."""
         return self._stop_requested_at is not None
 
+    @property
+    def stopping_note(self) -> str:
+        """What the user is told after a first interrupt."""
+        return f"stopping after the next step every worker reaches (within {self.options.stop_grace:g}s; interrupt again to stop at once)."
+
     def poll(self) -> None:
         """Deliver events for a moment; notice the end; apply a kill, the timeout or the stop grace."""
         for event in self._processes.read(POLL_SECONDS):
@@ -225,7 +230,29 @@ class Run:
             self._deliver(event)
 
 
-def run_in_foreground(run: Run) -> Ending:
+class FollowedRun(Protocol):
+    """A run the notebook follows in the foreground: one on this machine (`Run`) or on a pod slice."""
+
+    @property
+    def ended(self) -> bool: ...
+
+    @property
+    def stopping_note(self) -> str: ...
+
+    def start(self) -> None: ...
+
+    def poll(self) -> None: ...
+
+    def request_stop(self) -> bool: ...
+
+    def kill_now(self) -> None: ...
+
+    def finish(self) -> Ending: ...
+
+    def close(self) -> None: ...
+
+
+def run_in_foreground(run: FollowedRun) -> Ending:
     """Run in this thread. The first interrupt stops gracefully, a second one at once."""
     try:
         run.start()
@@ -234,11 +261,7 @@ def run_in_foreground(run: Run) -> Ending:
                 run.poll()
             except KeyboardInterrupt:
                 if run.request_stop():
-                    print(
-                        "tpu_nb: stopping after the next step every worker reaches "
-                        f"(within {run.options.stop_grace:g}s; interrupt again to stop at once).",
-                        file=sys.stderr,
-                    )
+                    print(f"tpu_nb: {run.stopping_note}", file=sys.stderr)
                 else:
                     run.kill_now()
         return run.finish()

@@ -113,12 +113,19 @@ def host_index(environ: dict[str, str] | None = None) -> int:
 def version_problem(plan: HostPlan, host: int) -> str | None:
     """What differs from the notebook in the packages every host must match, with the fix."""
     here = {name: installed_version(name) for name in MATCHED_PACKAGES}
-    differ = [name for name in MATCHED_PACKAGES if here[name] != plan.packages.get(name)]
+    differ = [
+        name for name in MATCHED_PACKAGES if plan.packages.get(name) is not None and not same_release(here[name], plan.packages[name])
+    ]
     if not differ:
         return None
     found = ", ".join(f"{name} {here[name] or 'not installed'}" for name in differ)
     wanted = " ".join(f"{name}=={plan.packages[name]}" for name in differ if plan.packages.get(name))
     return f"host {host} has {found}, unlike the notebook; install the notebook's versions on every host: pip install {wanted}"
+
+
+def same_release(found: str | None, wanted: str | None) -> bool:
+    """Equal but for a local build tag: torch 2.9.0+cpu (Colab) runs the same code as 2.9.0 (PyPI, TPU VMs)."""
+    return found is not None and wanted is not None and found.split("+")[0] == wanted.split("+")[0]
 
 
 def _run_host(run_dir: Path, writer: LineWriter, namespace: dict[str, Any], prepared: Sequence[Cell], train: Cell) -> int:

@@ -100,3 +100,18 @@ def test_the_archive_holds_the_run_without_its_results(tmp_path: Path) -> None:
     names = tarfile.open(fileobj=io.BytesIO(archive(run))).getnames()
     assert "./train.py" in names and "./manifest.json" in names and "./tpu_nb/workers/host.py" in names
     assert not any(name.startswith("./results") or "__pycache__" in name for name in names)
+
+
+def test_an_spmd_train_py_drives_every_device_of_its_host_through_the_mesh(
+    ip: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    run_cell(ip, "%%tpu_prepare\nimport torch")
+    run_cell(ip, "%%tpu_train --pod one-host --backend export --accelerator v5litepod-4 --spmd\n(world_size, mesh.size(), mesh.axis_names)")
+    [run_dir] = (tmp_path / "tpu_nb_pod_runs").iterdir()
+    assert json.loads((run_dir / "manifest.json").read_text())["run"]["mesh"] == "fsdp=4,tensor=1"
+    environment = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4"}  # the v5litepod-4's 4 chips, as XLA:CPU devices
+    done = subprocess.run([sys.executable, "train.py"], cwd=run_dir, env=environment, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = load_result(run_dir / "results", 0)
+    assert result is not None and result.value == (4, 4, ("fsdp", "tensor"))

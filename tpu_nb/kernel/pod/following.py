@@ -144,6 +144,10 @@ class PodRun:
     def stopping(self) -> bool:
         return self._stop_requested_at is not None
 
+    @property
+    def stopping_note(self) -> str:
+        return "stopping every host at the same step, a few seconds ahead (interrupt again to stop at once)."
+
     def poll(self) -> None:
         assert self._lines is not None and self._process is not None
         for stream, line in self._lines.take(POLL_SECONDS):
@@ -217,7 +221,10 @@ class PodRun:
         if self._process is not None and not self._ended:
             self._end_everywhere()
         if self._process is not None:
-            self.backend.clean_up(self.run)
+            try:
+                self.backend.clean_up(self.run)
+            except commands.CommandFailed as error:
+                self._write("stderr", f"tpu_nb: could not clean up after the run ({error}).\n")
 
     def _end_everywhere(self) -> None:
         """End the run on every host, then the local stream; even if the user keeps pressing interrupt."""
@@ -308,22 +315,3 @@ class PodRun:
 
 def _prefixed(prefix: str, text: str) -> str:
     return "".join(prefix + piece for piece in text.splitlines(keepends=True))
-
-
-def run_pod_in_foreground(run: PodRun) -> Ending:
-    """Follow in this thread. The first interrupt stops every host gracefully, a second one at once."""
-    try:
-        run.start()
-        while not run.ended:
-            try:
-                run.poll()
-            except KeyboardInterrupt:
-                if run.request_stop():
-                    notebook_output.write_to_sys(
-                        "stderr", "tpu_nb: stopping every host at the same step, a few seconds ahead (interrupt again to stop at once).\n"
-                    )
-                else:
-                    run.kill_now()
-        return run.finish()
-    finally:
-        run.close()

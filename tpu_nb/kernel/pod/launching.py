@@ -19,14 +19,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tpu_nb.wire.results import ModuleWeights
-from tpu_nb.workers.host import RESULTS, Cell
+from tpu_nb.workers.host import MATCHED_PACKAGES, RESULTS, Cell, same_release
 
 from ..endings import Ending
 from ..errors import LaunchRefused
 from ..options import LaunchOptions
 from ..output import Write, write_to_sys
+from ..runs import run_in_foreground
 from . import commands
-from .following import PodBackend, PodRun, run_pod_in_foreground
+from .following import PodBackend, PodRun
 from .gke import GkeSlice
 from .jobset import validate_name
 from .program import PodProgram, RunDirectory, notebook_packages, upload, write_run_directory
@@ -75,7 +76,7 @@ def launch_pod(
         return run
     pod_run = PodRun(backend, run, options, title, write)
     try:
-        return run_pod_in_foreground(pod_run)
+        return run_in_foreground(pod_run)
     except (commands.CommandFailed, SliceError) as error:
         raise LaunchRefused(f"tpu_nb could not start the pod run:\n- {error}") from None
 
@@ -163,17 +164,19 @@ def version_problems(notebook: dict[str, str | None], hosts: list[HostVersions],
         problems.append(
             f"{len(hosts)} of the slice's {expected_hosts} hosts answered the version check; check them with gcloud ... ssh --worker=all."
         )
-    for package in ("torch", "torch_xla"):
+    for package in MATCHED_PACKAGES:
         wanted = notebook.get(package)
         found = {getattr(host, package) for host in hosts}
-        if wanted is not None and found - {wanted}:
-            differing = sorted(host.host for host in hosts if getattr(host, package) != wanted)
-            problems.append(
-                f"{package} {wanted} in the notebook, but {', '.join(sorted(str(version) for version in found - {wanted}))} on "
-                f"{', '.join(differing)}: install the notebook's version on every host "
-                f"(gcloud compute tpus tpu-vm ssh NAME --worker=all --command='pip install {package}=={wanted}')."
-            )
-        elif wanted is None and len(found) > 1:
+        if wanted is not None:
+            differing = sorted(host.host for host in hosts if not same_release(getattr(host, package), wanted))
+            if differing:
+                versions = sorted({str(getattr(host, package)) for host in hosts if host.host in differing})
+                problems.append(
+                    f"{package} {wanted} in the notebook, but {', '.join(versions)} on {', '.join(differing)}: install the "
+                    f"notebook's version on every host (gcloud compute tpus tpu-vm ssh NAME --worker=all --command='pip install "
+                    f"{package}=={wanted.split('+')[0]}')."
+                )
+        elif len(found) > 1:
             problems.append(
                 f"the hosts differ in {package} ({', '.join(sorted(map(str, found)))}): install the same version on every host."
             )

@@ -54,3 +54,8 @@ def test_export_writes_the_jobset_and_prints_the_commands(ip: InteractiveShell, 
     assert f"kubectl apply -f {run_dir}/jobset.yaml" in captured.stdout
     assert "gcloud compute tpus tpu-vm ssh tiny --worker=all" in captured.stdout
     assert "exec python3 train.py" in captured.stdout
+
+
+def test_a_local_build_tag_is_the_same_release() -> None:
+    hosts = [HostVersions("w-0", "2.9.0", "2.9.0")]
+    assert version_problems({"torch": "2.9.0+cpu", "torch_xla": "2.9.0"}, hosts, 1) == []  # Colab's torch, PyPI's on the hosts
