@@ -104,11 +104,11 @@ class Events:
         return [event for event in self.events if isinstance(event, kind)]
 
 
-def start_run(pod: SimulatedSlice, tmp_path: Path, train: str, events: Events) -> PodRun:
+def start_run(pod: SimulatedSlice, tmp_path: Path, train: str, events: Events, python: str = "python3") -> PodRun:
     program = PodProgram((Cell("In [1]", "%%tpu_prepare", PREPARE),), Cell("In [2]", "%%tpu_train --pod my-slice", train), ("model",))
-    vm = TpuVmSlice(pod.name)
+    vm = TpuVmSlice(pod.name, python=python)
     run_dir = write_run_directory(program, tmp_path / "runs" / "run-1", "run-1", hosts=2, devices=8)
-    vm.host_versions()  # makes ~/tpu_nb_runs on each host, as the preflight does
+    TpuVmSlice(pod.name).host_versions()  # makes ~/tpu_nb_runs on each host, as the preflight does
     run = PodRun(vm, run_dir, LaunchOptions(progress=False, stop_grace=5.0), "test", write=lambda stream, text: None, observers=[events])
     run.start()
     return run
@@ -171,6 +171,18 @@ def test_kill_ends_every_host_at_once(pod: SimulatedSlice, tmp_path: Path) -> No
         run.close()
     assert isinstance(ending.error, TrainingInterrupted)
     assert wait_until(lambda: pod.live_processes() == [], 10), pod.live_processes()
+
+
+def test_hosts_that_never_start_fail_the_run_with_what_gcloud_said(pod: SimulatedSlice, tmp_path: Path) -> None:
+    run = start_run(pod, tmp_path, "1", Events(), python="no-such-python")
+    try:
+        follow(run)
+        ending = run.finish()
+    finally:
+        run.close()
+    assert ending.status == "failed"
+    assert ending.text is not None and ending.text.startswith("host 0, 1 ended without a word (gcloud exited with code 127: ")
+    assert "no-such-python" in ending.text
 
 
 def test_refused_before_anything_starts(ip: InteractiveShell, pod: SimulatedSlice, monkeypatch: pytest.MonkeyPatch) -> None:

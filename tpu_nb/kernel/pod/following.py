@@ -41,6 +41,7 @@ from .program import RunDirectory
 POLL_SECONDS = 0.1
 STOP_AHEAD_SECONDS = 10.0  # how far ahead of the last step seen a graceful stop aims: time for the stop to reach every host
 STREAM_END_WAIT = 10.0  # seconds for the backend's stream to end after every host said it ended
+PLAIN_LINES_KEPT = 3  # of the backend's own output, for an error that needs them
 
 
 class PodBackend(Protocol):
@@ -48,6 +49,11 @@ class PodBackend(Protocol):
 
     @property
     def label(self) -> str: ...
+
+    @property
+    def command(self) -> str:
+        """The command-line tool it drives ("gcloud", "kubectl")."""
+        ...
 
     def start(self, run: RunDirectory) -> subprocess.Popen[str]: ...
 
@@ -119,6 +125,7 @@ class PodRun:
         self._ended_hosts: dict[int, HostEnded] = {}
         self._raised: tuple[int, ExceptionReport] | None = None
         self._steps: deque[tuple[float, int]] = deque(maxlen=20)  # host 0's (time, step)
+        self._plain_lines: deque[str] = deque(maxlen=PLAIN_LINES_KEPT)
         self._stopping_step: int | None = None
         self._stop_requested_at: float | None = None
         self._display: ProgressDisplay | None = None
@@ -247,7 +254,11 @@ class PodRun:
     def _on_line(self, stream: str, line: str) -> None:
         decoded = decode(line)
         if decoded.event is None or decoded.host is None:
-            self._deliver(Output(None, stream, line))  # the backend's own words, or a host's C++ logs
+            # gcloud's or kubectl's own words, or C++ logs of any host: said when the run fails
+            # without an explanation from the hosts, shown live only with --all-ranks-output.
+            self._plain_lines.append(line.rstrip("\n"))
+            if self.options.all_ranks_output:
+                self._deliver(Output(None, stream, line))
             return
         host, event = decoded.host, decoded.event
         if isinstance(event, HostEnded):
@@ -299,7 +310,11 @@ class PodRun:
         silent = [host for host in range(self.run.hosts) if host not in self._ended_hosts]
         if silent:
             assert self._process is not None
-            return Died(None, self._process.returncode, f"host {', '.join(map(str, silent))}", seconds, "stopped sending before it ended")
+            said = " | ".join(line for line in self._plain_lines if line.strip())
+            cause = f"ended without a word ({self.backend.command} exited with code {self._process.returncode}" + (
+                f": {said})" if said else ")"
+            )
+            return Died(None, None, f"host {', '.join(map(str, silent))}", seconds, cause)
         return self._fetched(seconds)
 
     def _fetched(self, seconds: float) -> Outcome:

@@ -32,6 +32,8 @@ class GkeSlice:
     namespace: str = "default"
     python: str = "python3"
 
+    command = "kubectl"
+
     @property
     def label(self) -> str:
         return f"GKE {self.tpu.accelerator_type} ({self.tpu.gke_accelerator}, {self.tpu.gke_topology})"

@@ -45,6 +45,8 @@ class TpuVmSlice:
     project: str | None = None
     python: str = "python3"
 
+    command = "gcloud"
+
     @property
     def label(self) -> str:
         return f"TPU VM {self.name}" + (f" ({self.zone})" if self.zone else "")
