@@ -6,7 +6,7 @@
   the container's `sh -c` script with /tpu_nb_config and /tpu_nb_run moved under
   FAKE_KUBECTL_ROOT/pod-N, the ConfigMap's archive written there, the container's environment with
   JOB_COMPLETION_INDEX and TPU_WORKER_ID as GKE sets them, and PJRT_DEVICE=CPU (no TPU here);
-- `get pods --selector=...`, `logs --follow --selector=...` (every pod's output until they all end),
+- `get pods --selector=...` (names, or phases with a jsonpath), `logs --follow --selector=...` (every pod's output until they all end),
   `exec POD -- sh -c SCRIPT` (paths moved the same way), `delete jobset|configmap NAME` (ends the pods).
 """
 
@@ -41,8 +41,11 @@ def main(argv: list[str]) -> int:
     if words[0] == "apply":
         return _apply(root, Path(argv[argv.index("-f") + 1]))
     if words[:2] == ["get", "pods"]:
-        for pod in _pods(root):
-            print(f"pod/{pod.name}")
+        if "--output=name" in argv:
+            print("\n".join(f"pod/{pod.name}" for pod in _pods(root)))
+        else:  # --output=jsonpath={.items[*].status.phase}; FAKE_KUBECTL_PENDING: no TPU node frees up
+            pending = os.environ.get("FAKE_KUBECTL_PENDING")
+            print(" ".join("Pending" if pending else "Running" if _alive(pod) else "Succeeded" for pod in _pods(root)))
         return 0
     if words[0] == "logs":
         return _follow(root)

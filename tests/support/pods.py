@@ -72,9 +72,12 @@ class SimulatedCluster:
 
     root: Path
 
-    def calls(self) -> list[list[str]]:
+    def calls(self, namespace: str = "default") -> list[list[str]]:
+        """Every call's arguments after the namespace flag, which each must give first."""
         path = self.root / "calls.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        calls = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        assert all(call[0] == f"--namespace={namespace}" for call in calls), calls
+        return [call[1:] for call in calls]
 
     def live_processes(self) -> list[str]:
         return SimulatedSlice(self.root, "", 0).live_processes()

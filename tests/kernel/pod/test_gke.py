@@ -83,3 +83,61 @@ def test_refused_when_the_cluster_lacks_the_nodes_or_the_run_a_bucket(
     assert isinstance(result.error_in_exec, LaunchRefused)
     assert "the cluster has 1 nodes with tpu-v4-podslice in topology 2x2x2; a v4-16 needs 2" in str(result.error_in_exec)
     assert not any(call[0] == "apply" for call in cluster.calls())
+
+
+def test_a_graceful_stop_reaches_every_pod_through_kubectl_exec(cluster: SimulatedCluster, tmp_path: Path) -> None:
+    from tpu_nb.kernel.options import LaunchOptions
+    from tpu_nb.kernel.pod.following import PodRun
+    from tpu_nb.kernel.pod.gke import GkeSlice
+    from tpu_nb.kernel.pod.program import PodProgram, write_run_directory
+    from tpu_nb.kernel.pod.slices import parse_slice
+    from tpu_nb.wire.events import Event, Progress, Stopping
+    from tpu_nb.workers.host import Cell
+
+    endless = TRAIN.replace("range(10)", "range(100_000)").replace("    report(", "    __import__('time').sleep(0.05)\n    report(")
+    program = PodProgram(
+        (Cell("In [1]", "%%tpu_prepare", PREPARE.removeprefix("%%tpu_prepare\n")),), Cell("In [2]", "%%tpu_train", endless), ("model",)
+    )
+    run_dir = write_run_directory(
+        program, tmp_path / "runs" / "stop-1", "stop-1", hosts=2, devices=8, run_url=f"file://{tmp_path}/bucket/stop-1"
+    )
+    events: list[Event] = []
+    gke = GkeSlice(parse_slice("v4-16"), "example.com/torch-xla:2.9")
+    run = PodRun(
+        gke,
+        run_dir,
+        LaunchOptions(progress=False),
+        "test",
+        write=lambda stream, text: None,
+        observers=[type("Log", (), {"on_event": staticmethod(events.append)})()],
+    )
+    run.start()
+    try:
+        while not any(isinstance(event, Progress) and (event.step or 0) >= 5 for event in events):
+            run.poll()
+        run.request_stop()
+        while not run.ended:
+            run.poll()
+        ending = run.finish()
+    finally:
+        run.close()
+    assert ending.status == "stopped", ending.text
+    assert "model" in ending.results[0].returned  # fetched from the run's location (file:// standing in for gs://)
+    assert {event.rank for event in events if isinstance(event, Stopping)} == {0, 1}
+    execs = [call for call in cluster.calls() if call[0] == "exec"]
+    assert len(execs) == 2 and all("stop.partial" in call[-1] for call in execs)
+    assert wait_until(lambda: cluster.live_processes() == [], 10)
+
+
+def test_pods_that_never_start_are_deleted(
+    ip: InteractiveShell, cluster: SimulatedCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr("tpu_nb.kernel.pod.gke.PODS_TIMEOUT", 3.0)
+    monkeypatch.setenv("FAKE_KUBECTL_PENDING", "1")
+    with capture_output():
+        result = ip.run_cell(
+            f"%%tpu_train --pod tiny --image example.com/xla --accelerator v4-16 --run-dir file://{tmp_path}/b --no-progress\n1"
+        )
+    assert isinstance(result.error_in_exec, LaunchRefused) and "did not start within 3s" in str(result.error_in_exec)
+    assert any(call[:2] == ["delete", "jobset"] for call in cluster.calls())
+    assert wait_until(lambda: cluster.live_processes() == [], 10)

@@ -19,7 +19,7 @@ from .program import TRAIN_SCRIPT, RunDirectory, archive, download_results
 from .slices import SliceError, TpuSlice
 
 MANIFEST_FILE = "jobset.yaml"
-PODS_TIMEOUT = 600.0  # seconds for the JobSet's pods to be created (scheduling waits for TPU nodes)
+PODS_TIMEOUT = 600.0  # seconds for the JobSet's pods to start (scheduling onto TPU nodes, pulling the image)
 JOBSET_RESOURCE = "jobsets.jobset.x-k8s.io"
 
 
@@ -39,7 +39,8 @@ class GkeSlice:
         return f"GKE {self.tpu.accelerator_type} ({self.tpu.gke_accelerator}, {self.tpu.gke_topology})"
 
     def kubectl(self, *args: str) -> list[str]:
-        return ["kubectl", *args, f"--namespace={self.namespace}"]
+        # The namespace first: after an exec's `--`, a flag would go to the command in the pod.
+        return ["kubectl", f"--namespace={self.namespace}", *args]
 
     def manifest(self, run: RunDirectory) -> str:
         spec = JobSetSpec(
@@ -105,14 +106,27 @@ class GkeSlice:
     def start(self, run: RunDirectory) -> subprocess.Popen[str]:
         self.write_manifest(run)
         commands.run(self.apply_command(run))
-        deadline = time.monotonic() + PODS_TIMEOUT
-        while len(self.pods(run)) < run.hosts:
-            if time.monotonic() > deadline:
-                raise SliceError(
-                    f"the JobSet {run.name}'s pods were not created within {PODS_TIMEOUT:g}s: see kubectl describe jobset {run.name}"
-                )
-            time.sleep(2)
-        return commands.start(self.logs_command(run))
+        try:
+            # `kubectl logs --follow` gives up on a pod still pulling its image or waiting for
+            # TPU nodes: follow once every pod has left Pending.
+            deadline = time.monotonic() + PODS_TIMEOUT
+            while not self._all_started(run):
+                if time.monotonic() > deadline:
+                    raise SliceError(
+                        f"the JobSet {run.name}'s pods did not start within {PODS_TIMEOUT:g}s "
+                        f"(kubectl describe jobset {run.name} says why); it was deleted."
+                    )
+                time.sleep(2)
+            return commands.start(self.logs_command(run))
+        except BaseException:
+            self.kill(run)  # an interrupt or a timeout while waiting leaves nothing in the cluster
+            raise
+
+    def _all_started(self, run: RunDirectory) -> bool:
+        phases = commands.run(
+            self.kubectl("get", "pods", f"--selector={pod_selector(run.name)}", "--output=jsonpath={.items[*].status.phase}")
+        ).split()
+        return len(phases) >= run.hosts and "Pending" not in phases
 
     def pods(self, run: RunDirectory) -> list[str]:
         return commands.run(self.kubectl("get", "pods", f"--selector={pod_selector(run.name)}", "--output=name")).split()
