@@ -21,7 +21,7 @@ from .cells import AppliedReturns, apply_returns, bindings
 from .endings import Ending
 from .options import LaunchOptions
 from .output import Write, write_to_sys
-from .pod.cells import PREPARE_MAGIC, check_plain_python, pod_program
+from .pod.cells import PREPARE_MAGIC, check_plain_python, names_from_unrecorded_cells, pod_program
 from .pod.launching import BACKENDS, DEFAULT_RUNS_DIR, PodTarget, launch_pod
 from .pod.recording import PreparedCells
 from .runs import Run, run_in_foreground
@@ -193,6 +193,15 @@ class TpuMagics(Magics):
             raise UsageError("--background is for runs on this machine; a --pod run is followed in its cell (interrupt to stop it).")
         shell = self._shell
         check_plain_python("%%tpu_train --pod", cell, shell.transform_cell(cell))
+        self._compile(line, cell, ())  # a syntax error is shown as in any cell, and nothing starts
+        missing = names_from_unrecorded_cells(self.prepared.cells(), cell, shell.user_ns)
+        if missing:
+            listed = ", ".join(f"`{name}`" for name in missing)
+            raise UsageError(
+                f"%%tpu_train --pod: this cell uses {listed}, which cells not marked %%tpu_prepare defined in the notebook; "
+                "the pod's hosts run only the recorded cells and this one. Add %%tpu_prepare to those cells and run them "
+                "again, or define the names in this cell. Nothing was started."
+            )
         name = f"In [{running_cell_number(shell)}]"
         program = pod_program(
             self.prepared, name, line, cell, tuple(args.return_names), options.spmd, options.mesh, options.doctor, options.compile_cache

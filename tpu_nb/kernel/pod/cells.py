@@ -7,6 +7,11 @@ change.
 
 from __future__ import annotations
 
+import ast
+import builtins
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 from IPython.core.error import UsageError
 
 from tpu_nb.wire.mesh import MeshShape
@@ -16,6 +21,7 @@ from .program import PodProgram
 from .recording import PreparedCells, ipython_syntax
 
 PREPARE_MAGIC = "%%tpu_prepare"
+WORKER_NAMES = frozenset({"device", "rank", "world_size", "report", "mesh"})  # what every worker's cell is given
 
 
 def check_plain_python(magic: str, source: str, transformed: str) -> None:
@@ -43,3 +49,36 @@ def pod_program(
     """The program of a `%%tpu_train --pod` cell: the recorded cells, then this one."""
     train = Cell(name, f"%%tpu_train {line}".rstrip(), cell)
     return PodProgram(prepared.cells(), train, return_names, spmd, mesh, doctor, compile_cache)
+
+
+def names_from_unrecorded_cells(prepared: Iterable[Cell], train: str, namespace: Mapping[str, Any]) -> list[str]:
+    """Names the training cell uses that the notebook has but no recorded cell (nor the cell itself) defines.
+
+    The hosts run only the recorded cells, so such a name would be a NameError
+    there, after the run directory was copied and every host started. Anything
+    a cell binds anywhere (a function's parameter, a loop variable) counts as
+    defined: a name is only flagged when it can only have come from the notebook.
+    """
+    defined = set(WORKER_NAMES) | set(dir(builtins))
+    for source in (*(cell.source for cell in prepared), train):
+        defined |= _bound_names(ast.parse(source))
+    used = {node.id for node in ast.walk(ast.parse(train)) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    return sorted(name for name in used - defined if name in namespace and not name.startswith("_"))
+
+
+def _bound_names(tree: ast.AST) -> set[str]:
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            bound.add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            bound |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            bound |= set(node.names)
+    return bound

@@ -111,8 +111,10 @@ class PodRun:
         title: str,
         write: notebook_output.Write = notebook_output.write_to_sys,
         observers: Sequence[RunObserver] = (),
+        runtime_label: str | None = None,
     ) -> None:
         self.backend = backend
+        self.runtime_label = runtime_label or backend.label
         self.run = run
         self.options = options
         self.title = title
@@ -137,7 +139,7 @@ class PodRun:
     def start(self) -> None:
         """Show the dashboard, copy the run to the hosts and start it there."""
         if self.options.progress:
-            self._display = make_display(self.title, self.backend.label, self.run.hosts, worker_noun="host")
+            self._display = make_display(self.title, self.runtime_label, self.run.hosts, worker_noun="host")
             self._observers.append(self._display)
         self._process = self.backend.start(self.run)
         self._lines = _Lines(self._process)

@@ -74,7 +74,8 @@ def launch_pod(
     if backend is None:
         _print_export(run, target, tpu, write)
         return run
-    pod_run = PodRun(backend, run, options, title, write)
+    label = backend.label if tpu is None else f"{backend.label}: {tpu.accelerator_type}, {tpu.hosts} hosts of {tpu.chips_per_host} chips"
+    pod_run = PodRun(backend, run, options, title, write, runtime_label=label)
     try:
         return run_in_foreground(pod_run)
     except (commands.CommandFailed, SliceError) as error:
