@@ -13,7 +13,13 @@ NOTEBOOK = {"model": object(), "tokenizer": object(), "torch": object(), "helper
 
 
 def test_names_only_the_notebook_defines_are_found() -> None:
-    prepared = [Cell("In [1]", "%%tpu_prepare", "import torch\nfrom transformers import AutoTokenizer\ntokenizer = AutoTokenizer.from_pretrained('x')")]
+    prepared = [
+        Cell(
+            "In [1]",
+            "%%tpu_prepare",
+            "import torch\nfrom transformers import AutoTokenizer\ntokenizer = AutoTokenizer.from_pretrained('x')",
+        )
+    ]
     train = "model.to(device)\nfor batch in tokenizer(['a']):\n    report(step=rank, loss=torch.ones(1))\nprint(len, _private)"
     assert names_from_unrecorded_cells(prepared, train, NOTEBOOK) == ["model"]
 
