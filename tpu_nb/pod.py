@@ -5,10 +5,12 @@
 
 `train` is the training code (a string, or a function whose source is sent
 and called); the `%%tpu_prepare` cells run so far come first on every host.
+`results(run_dir)` reads what a run you started yourself saved.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -63,3 +65,14 @@ def launch(
     options = LaunchOptions(None, timeout, all_ranks_output, progress, False, stop_grace, spmd, mesh_shape, doctor, compile_cache)
     target = PodTarget(pod, backend, zone, project, accelerator, image, run_dir, namespace)  # type: ignore[arg-type]
     return launch_function(train, pod, target, options, tuple(returns), recorded_cells() if prepared else ())
+
+
+def results(run_dir: str | os.PathLike[str]) -> PodResult:
+    """Rank 0's value and `--return` names from a run directory's `results/` (local, or gs://...).
+
+    For runs you start yourself (`--backend export`): copy `results/` back from
+    host 0 into the run directory, then `tpu_nb.pod.results(run_dir)`.
+    """
+    from tpu_nb.kernel.pod.launching import read_results
+
+    return read_results(os.fspath(run_dir))

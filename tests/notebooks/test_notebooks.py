@@ -128,3 +128,13 @@ def test_lora_fsdp_causal_lm(tmp_path: Path) -> None:
     [bar] = widget_states(notebook, "IntProgressModel")
     assert bar["value"] == bar["max"] == 40 and bar["bar_style"] == "success"
     print(f"04_lora_fsdp_causal_lm: {seconds:.0f}s, perplexity {before:.1f} -> {after:.1f}")
+
+
+def test_pod_slice(tmp_path: Path) -> None:
+    _notebook, text, seconds = execute("05_pod_slice.ipynb", tmp_path, time_bound=600)
+    assert "gcloud compute tpus tpu-vm ssh my-v5e-16 --worker=all" in text  # the export's commands
+    assert "1 recorded cell(s) for pod runs" in text
+    assert '"type":"HostEnded","fields":{"status":"done"' in text
+    before, after = map(float, re.search(r"accuracy before: ([\d.]+), after: ([\d.]+)", text).groups())
+    assert after > before + 0.3
+    print(f"05_pod_slice: {seconds:.0f}s, accuracy {before:.2f} -> {after:.2f}")

@@ -194,15 +194,15 @@ class TpuMagics(Magics):
         shell = self._shell
         check_plain_python("%%tpu_train --pod", cell, shell.transform_cell(cell))
         self._compile(line, cell, ())  # a syntax error is shown as in any cell, and nothing starts
-        missing = names_from_unrecorded_cells(self.prepared.cells(), cell, shell.user_ns)
-        if missing:
-            listed = ", ".join(f"`{name}`" for name in missing)
-            raise UsageError(
-                f"%%tpu_train --pod: this cell uses {listed}, which cells not marked %%tpu_prepare defined in the notebook; "
-                "the pod's hosts run only the recorded cells and this one. Add %%tpu_prepare to those cells and run them "
-                "again, or define the names in this cell. Nothing was started."
-            )
         name = f"In [{running_cell_number(shell)}]"
+        missing = names_from_unrecorded_cells(self.prepared.cells(), Cell(name, "", cell), shell.user_ns)
+        if missing:
+            listed = "; ".join(f"{cell_name} uses {', '.join(f'`{used}`' for used in names)}" for cell_name, names in missing.items())
+            raise UsageError(
+                f"%%tpu_train --pod: {listed}, which only cells not marked %%tpu_prepare defined; the pod's hosts run only "
+                "the recorded cells and this one. Add %%tpu_prepare to the cells that define them and run those again, "
+                "or define the names in a recorded cell or this one. Nothing was started."
+            )
         program = pod_program(
             self.prepared, name, line, cell, tuple(args.return_names), options.spmd, options.mesh, options.doctor, options.compile_cache
         )

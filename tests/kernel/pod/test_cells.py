@@ -21,7 +21,7 @@ def test_names_only_the_notebook_defines_are_found() -> None:
         )
     ]
     train = "model.to(device)\nfor batch in tokenizer(['a']):\n    report(step=rank, loss=torch.ones(1))\nprint(len, _private)"
-    assert names_from_unrecorded_cells(prepared, train, NOTEBOOK) == ["model"]
+    assert names_from_unrecorded_cells(prepared, Cell("In [2]", "", train), NOTEBOOK) == {"In [2]": ["model"]}
 
 
 def test_anything_a_cell_binds_counts_as_defined() -> None:
@@ -30,7 +30,12 @@ def test_anything_a_cell_binds_counts_as_defined() -> None:
         "model = step(1)\n[tokenizer for tokenizer in range(2)]\n"
         "try:\n    pass\nexcept ValueError as torch:\n    pass"
     )
-    assert names_from_unrecorded_cells([], train, NOTEBOOK) == []
+    assert names_from_unrecorded_cells([], Cell("In [2]", "", train), NOTEBOOK) == {}
+
+
+def test_a_recorded_cell_that_uses_an_unrecorded_name_is_named_too() -> None:
+    prepared = [Cell("In [3]", "%%tpu_prepare", "steps = helper + 1"), Cell("In [4]", "%%tpu_prepare", "helper = 2")]
+    assert names_from_unrecorded_cells(prepared, Cell("In [5]", "", "steps"), NOTEBOOK) == {"In [3]": ["helper"]}
 
 
 def test_a_pod_cell_using_an_unrecorded_cells_model_is_refused(ip: InteractiveShell) -> None:
@@ -39,7 +44,7 @@ def test_a_pod_cell_using_an_unrecorded_cells_model_is_refused(ip: InteractiveSh
         result = ip.run_cell("%%tpu_train --pod my-slice --backend export\nmodel.to(device)")
     assert isinstance(result.error_in_exec, UsageError)
     message = str(result.error_in_exec)
-    assert "this cell uses `model`, which cells not marked %%tpu_prepare defined" in message and "Nothing was started" in message
+    assert "uses `model`, which only cells not marked %%tpu_prepare defined" in message and "Nothing was started" in message
 
 
 def test_a_pod_cell_with_a_syntax_error_starts_nothing(ip: InteractiveShell) -> None:

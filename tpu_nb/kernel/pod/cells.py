@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import builtins
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -51,19 +51,26 @@ def pod_program(
     return PodProgram(prepared.cells(), train, return_names, spmd, mesh, doctor, compile_cache)
 
 
-def names_from_unrecorded_cells(prepared: Iterable[Cell], train: str, namespace: Mapping[str, Any]) -> list[str]:
-    """Names the training cell uses that the notebook has but no recorded cell (nor the cell itself) defines.
+def names_from_unrecorded_cells(prepared: Sequence[Cell], train: Cell, namespace: Mapping[str, Any]) -> dict[str, list[str]]:
+    """By cell name: the names a cell of the program uses that only the notebook has.
 
-    The hosts run only the recorded cells, so such a name would be a NameError
-    there, after the run directory was copied and every host started. Anything
-    a cell binds anywhere (a function's parameter, a loop variable) counts as
-    defined: a name is only flagged when it can only have come from the notebook.
+    The hosts run only the recorded cells and the training cell, in order, so
+    such a name would be a NameError there, after the run directory was
+    copied and every host started. Anything a cell binds anywhere (a
+    function's parameter, a loop variable) counts as defined, in that cell
+    and the ones after it: a name is only flagged when it can only have come
+    from a cell the hosts do not run.
     """
     defined = set(WORKER_NAMES) | set(dir(builtins))
-    for source in (*(cell.source for cell in prepared), train):
-        defined |= _bound_names(ast.parse(source))
-    used = {node.id for node in ast.walk(ast.parse(train)) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
-    return sorted(name for name in used - defined if name in namespace and not name.startswith("_"))
+    found = {}
+    for cell in (*prepared, train):
+        tree = ast.parse(cell.source)
+        defined |= _bound_names(tree)
+        used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+        missing = sorted(name for name in used - defined if name in namespace and not name.startswith("_"))
+        if missing:
+            found[cell.name] = missing
+    return found
 
 
 def _bound_names(tree: ast.AST) -> set[str]:

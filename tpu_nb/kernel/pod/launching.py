@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tpu_nb.wire.results import ModuleWeights
+from tpu_nb.wire.results import ModuleWeights, RankResult, load_result
 from tpu_nb.workers.host import MATCHED_PACKAGES, RESULTS, Cell, same_release
 
 from ..endings import Ending
@@ -30,7 +30,7 @@ from . import commands
 from .following import PodBackend, PodRun
 from .gke import GkeSlice
 from .jobset import validate_name
-from .program import PodProgram, RunDirectory, notebook_packages, upload, write_run_directory
+from .program import PodProgram, RunDirectory, download_results, notebook_packages, upload, write_run_directory
 from .slices import SliceError, TpuSlice, parse_slice
 from .tpu_vm import REMOTE_RUNS, HostVersions, TpuVmSlice
 
@@ -259,7 +259,24 @@ def launch_function(
     if ending.error is not None:
         raise ending.error
     result = ending.results[0]
-    returned = {name: value.state_dict if isinstance(value, ModuleWeights) else value for name, value in result.returned.items()}
     if result.missing:
         raise LaunchRefused(f"returns: the code did not define {', '.join(result.missing)} on rank 0; everything else came back.")
+    return pod_result(result)
+
+
+def pod_result(result: RankResult) -> PodResult:
+    returned = {name: value.state_dict if isinstance(value, ModuleWeights) else value for name, value in result.returned.items()}
     return PodResult(result.value, returned)
+
+
+def read_results(run_dir: str) -> PodResult:
+    """Rank 0's results from a run directory (local or gs://) that host 0 saved them in."""
+    if _REMOTE.match(run_dir):
+        with tempfile.TemporaryDirectory(prefix="tpu_nb-pod-") as local:
+            return read_results(str(download_results(run_dir, Path(local)).parent))
+    result = load_result(Path(run_dir) / RESULTS, 0)
+    if result is None:
+        raise FileNotFoundError(
+            f"{run_dir} holds no results of rank 0 ({RESULTS}/result-0.index): has the run ended, and was {RESULTS}/ copied back?"
+        )
+    return pod_result(result)
