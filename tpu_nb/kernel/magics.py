@@ -21,7 +21,7 @@ from .cells import AppliedReturns, apply_returns, bindings
 from .endings import Ending
 from .options import LaunchOptions
 from .output import Write, write_to_sys
-from .pod.cells import PREPARE_MAGIC, check_plain_python, names_from_unrecorded_cells, pod_program
+from .pod.cells import PREPARE_MAGIC, check_names_recorded, check_plain_python, pod_program
 from .pod.launching import BACKENDS, DEFAULT_RUNS_DIR, PodTarget, launch_pod
 from .pod.recording import PreparedCells
 from .runs import Run, run_in_foreground
@@ -171,13 +171,7 @@ class TpuMagics(Magics):
         if cell is None:
             if args.clear:
                 self.prepared.clear()
-            cells = self.prepared.cells()
-            write_to_sys(
-                "stdout",
-                f"tpu_nb: {len(cells)} recorded cell(s) for pod runs"
-                + "".join(f"\n  {c.name}: {c.source.strip().splitlines()[0] if c.source.strip() else ''}" for c in cells)
-                + "\n",
-            )
+            write_to_sys("stdout", self.prepared.describe() + "\n")
             return
         shell = self._shell
         check_plain_python(PREPARE_MAGIC, cell, shell.transform_cell(cell))
@@ -195,14 +189,7 @@ class TpuMagics(Magics):
         check_plain_python("%%tpu_train --pod", cell, shell.transform_cell(cell))
         self._compile(line, cell, ())  # a syntax error is shown as in any cell, and nothing starts
         name = f"In [{running_cell_number(shell)}]"
-        missing = names_from_unrecorded_cells(self.prepared.cells(), Cell(name, "", cell), shell.user_ns)
-        if missing:
-            listed = "; ".join(f"{cell_name} uses {', '.join(f'`{used}`' for used in names)}" for cell_name, names in missing.items())
-            raise UsageError(
-                f"%%tpu_train --pod: {listed}, which only cells not marked %%tpu_prepare defined; the pod's hosts run only "
-                "the recorded cells and this one. Add %%tpu_prepare to the cells that define them and run those again, "
-                "or define the names in a recorded cell or this one. Nothing was started."
-            )
+        check_names_recorded(self.prepared.cells(), Cell(name, "", cell), shell.user_ns)
         program = pod_program(
             self.prepared, name, line, cell, tuple(args.return_names), options.spmd, options.mesh, options.doctor, options.compile_cache
         )

@@ -51,6 +51,18 @@ def pod_program(
     return PodProgram(prepared.cells(), train, return_names, spmd, mesh, doctor, compile_cache)
 
 
+def check_names_recorded(prepared: Sequence[Cell], train: Cell, namespace: Mapping[str, Any]) -> None:
+    """`UsageError` naming each cell of the program that uses a name only unrecorded cells defined."""
+    missing = names_from_unrecorded_cells(prepared, train, namespace)
+    if missing:
+        listed = "; ".join(f"{cell} uses {', '.join(f'`{name}`' for name in names)}" for cell, names in missing.items())
+        raise UsageError(
+            f"%%tpu_train --pod: {listed}, which only cells not marked {PREPARE_MAGIC} defined; the pod's hosts run only "
+            f"the recorded cells and this one. Add {PREPARE_MAGIC} to the cells that define them and run those again, "
+            "or define the names in a recorded cell or this one. Nothing was started."
+        )
+
+
 def names_from_unrecorded_cells(prepared: Sequence[Cell], train: Cell, namespace: Mapping[str, Any]) -> dict[str, list[str]]:
     """By cell name: the names a cell of the program uses that only the notebook has.
 

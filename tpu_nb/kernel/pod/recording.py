@@ -38,6 +38,12 @@ class PreparedCells:
     def clear(self) -> None:
         self._cells.clear()
 
+    def describe(self) -> str:
+        """What `%tpu_prepare --show` says: each recorded cell by name and first line."""
+        lines = [f"tpu_nb: {len(self._cells)} recorded cell(s) for pod runs"]
+        lines += [f"  {cell.name}: {next(iter(cell.source.strip().splitlines()), '')}" for cell in self._cells.values()]
+        return "\n".join(lines)
+
 
 def ipython_syntax(source: str, transformed: str) -> IPythonSyntax | None:
     """The first line of `source` that IPython turned into a `get_ipython()` call, if any.
