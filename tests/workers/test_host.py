@@ -33,3 +33,15 @@ def test_a_host_with_other_versions_refuses_before_running_anything(tmp_path: Pa
     assert line.host == 1 and isinstance(line.event, HostEnded) and line.event.status == "refused"
     assert line.event.detail is not None and "host 1 has torch" in line.event.detail and "pip install torch==1.0.0" in line.event.detail
     assert not (run.path / "ran").exists()
+
+
+def test_results_that_cannot_reach_the_runs_location_fail_the_host_with_the_reason(tmp_path: Path) -> None:
+    program = PodProgram((), Cell("In [1]", "%%tpu_train --pod x", "41 + 1"))
+    run = write_run_directory(program, tmp_path / "run", "run", hosts=1, devices=1, run_url="nosuchfs://bucket/run")
+    done = subprocess.run(
+        [sys.executable, "train.py"], cwd=run.path, env={**os.environ, "PJRT_DEVICE": "CPU"}, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 1
+    ended = decode(done.stdout.splitlines()[-1]).event
+    assert isinstance(ended, HostEnded) and ended.status == "died"
+    assert ended.detail is not None and "could not save the results to nosuchfs://bucket/run/results" in ended.detail

@@ -119,7 +119,7 @@ def version_problem(plan: HostPlan, host: int) -> str | None:
     if not differ:
         return None
     found = ", ".join(f"{name} {here[name] or 'not installed'}" for name in differ)
-    wanted = " ".join(f"{name}=={plan.packages[name]}" for name in differ if plan.packages.get(name))
+    wanted = " ".join(f"{name}=={str(plan.packages[name]).split('+')[0]}" for name in differ)
     return f"host {host} has {found}, unlike the notebook; install the notebook's versions on every host: pip install {wanted}"
 
 
@@ -164,7 +164,17 @@ def _run_host(run_dir: Path, writer: LineWriter, namespace: dict[str, Any], prep
         writer.send(HostEnded("died", f"{report.error} (worker exit codes: {sorted(report.exit_codes.values())})"))
         return 1
     if plan.run_url is not None and (results / "result-0.index").exists():
-        _upload(results, f"{plan.run_url.rstrip('/')}/{RESULTS}")
+        destination = f"{plan.run_url.rstrip('/')}/{RESULTS}"
+        try:
+            _upload(results, destination)
+        except (ImportError, ValueError, OSError) as error:  # gcsfs missing, no access, a full disk
+            writer.send(
+                HostEnded(
+                    "died",
+                    f"trained, but could not save the results to {destination} ({type(error).__name__}: {error}); gs:// needs gcsfs on the hosts",
+                )
+            )
+            return 1
     writer.send(HostEnded("done"))
     return 0
 
