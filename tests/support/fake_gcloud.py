@@ -5,7 +5,8 @@ What it simulates (configured by environment variables, see `tests/support/pods.
 - `gcloud compute tpus tpu-vm describe NAME`: the slice FAKE_GCLOUD_TPU with FAKE_GCLOUD_ACCELERATOR and
   FAKE_GCLOUD_HOSTS network endpoints, else NOT_FOUND;
 - `... ssh NAME --worker=all --command=CMD`: CMD run with `bash -c` once per host, each a separate process,
-  at the same time, in the host's home directory (FAKE_GCLOUD_ROOT/host-N) with TPU_WORKER_ID=N; their
+  at the same time, in the host's home directory (FAKE_GCLOUD_ROOT/host-N) with TPU_WORKER_ID=N (unless
+  FAKE_GCLOUD_NO_WORKER_ID is set); their
   output relayed line by line, the exit code the worst of theirs. Like a real ssh session's remote
   processes, what a host started keeps running if this process is killed;
 - `... scp [--recurse] SRC DEST --worker=W`: copies between this machine and the hosts' home directories.
@@ -104,6 +105,8 @@ def _ssh(root: Path, hosts: range | list[int], command: str) -> int:
     processes = []
     for host in hosts:
         environment = {**os.environ, "HOME": str(_home(root, host)), "TPU_WORKER_ID": str(host)}
+        if os.environ.get("FAKE_GCLOUD_NO_WORKER_ID"):  # hosts that cannot tell their number
+            del environment["TPU_WORKER_ID"]
         processes.append(
             subprocess.Popen(
                 ["bash", "-c", command], cwd=_home(root, host), env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,12 +71,14 @@ class HostLine:
     host: int | None
     event: HostEvent | None
     text: str | None = None
+    origin: str | None = None  # "hostname:pid" of the host's train.py: tells hosts apart even if they claim one number
 
 
-def encode(host: int, event: HostEvent) -> str:
-    """The line (with its newline) that carries `event` from `host`."""
+def encode(host: int, event: HostEvent, origin: str = "") -> str:
+    """The line (with its newline) that carries `event` from `host` (its train.py process: `origin`)."""
     fields = dataclasses.asdict(event)
-    return MARKER + json.dumps({"host": host, "type": type(event).__name__, "fields": fields}, separators=(",", ":")) + "\n"
+    record = {"host": host, "origin": origin, "type": type(event).__name__, "fields": fields}
+    return MARKER + json.dumps(record, separators=(",", ":")) + "\n"
 
 
 def decode(line: str) -> HostLine:
@@ -86,7 +89,7 @@ def decode(line: str) -> HostLine:
     try:
         record = json.loads(line[start + len(MARKER) :])
         kind = _TYPES[record["type"]]
-        return HostLine(int(record["host"]), _rebuild(kind, record["fields"]))
+        return HostLine(int(record["host"]), _rebuild(kind, record["fields"]), origin=record.get("origin") or None)
     except (ValueError, KeyError, TypeError):
         return HostLine(None, None, line)  # cut or garbled on the way (a relay split it): shown as text
 
@@ -112,9 +115,10 @@ class LineWriter:
     def __init__(self, fd: int, host: int) -> None:
         self.fd = fd
         self.host = host
+        self.origin = f"{socket.gethostname()}:{os.getpid()}"  # taken before the workers fork: theirs too
 
     def send(self, event: HostEvent) -> None:
-        data = encode(self.host, event).encode()
+        data = encode(self.host, event, self.origin).encode()
         # Events fit PIPE_BUF and go in one atomic write; only an exception's
         # report (sent after the workers ended, alone) may take several.
         while data:

@@ -173,6 +173,21 @@ def test_kill_ends_every_host_at_once(pod: SimulatedSlice, tmp_path: Path) -> No
     assert wait_until(lambda: pod.live_processes() == [], 10), pod.live_processes()
 
 
+def test_hosts_that_cannot_tell_their_number_still_get_a_row_each(
+    pod: SimulatedSlice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_GCLOUD_NO_WORKER_ID", "1")  # every host says it is host 0
+    events = Events()
+    run = start_run(pod, tmp_path, TRAIN.format(steps=5, pause=0, failing_host="none").replace('os.environ["TPU_WORKER_ID"]', '""'), events)
+    try:
+        follow(run)
+        ending = run.finish()
+    finally:
+        run.close()
+    assert ending.status == "done", ending.text
+    assert {event.rank for event in events.of(WorkerStarted)} == {0, 1}
+
+
 def test_hosts_that_never_start_fail_the_run_with_what_gcloud_said(pod: SimulatedSlice, tmp_path: Path) -> None:
     run = start_run(pod, tmp_path, "1", Events(), python="no-such-python")
     try:

@@ -128,6 +128,7 @@ class PodRun:
         self._raised: tuple[int, ExceptionReport] | None = None
         self._steps: deque[tuple[float, int]] = deque(maxlen=20)  # host 0's (time, step)
         self._plain_lines: deque[str] = deque(maxlen=PLAIN_LINES_KEPT)
+        self._origins: dict[str, int] = {}  # a host's train.py ("hostname:pid") -> its row
         self._stopping_step: int | None = None
         self._stop_requested_at: float | None = None
         self._display: ProgressDisplay | None = None
@@ -262,7 +263,7 @@ class PodRun:
             if self.options.all_ranks_output:
                 self._deliver(Output(None, stream, line))
             return
-        host, event = decoded.host, decoded.event
+        host, event = self._host_of(decoded.origin, decoded.host), decoded.event
         if isinstance(event, HostEnded):
             self._ended_hosts.setdefault(host, event)
         elif isinstance(event, ExceptionReport):
@@ -286,6 +287,19 @@ class PodRun:
             if isinstance(event, Stopping) and host == 0:
                 self._stopping_step = event.step
             self._deliver(dataclasses.replace(event, rank=host))  # one worker row per host
+
+    def _host_of(self, origin: str | None, claimed: int) -> int:
+        """The host's row: the number it claims (TPU_WORKER_ID, the TPU VM's metadata), unless another host claimed it first.
+
+        Hosts that cannot tell their number (an environment without either) all
+        claim 0; their train.py processes still tell them apart.
+        """
+        if origin is None:
+            return claimed
+        if origin not in self._origins:
+            taken = set(self._origins.values())
+            self._origins[origin] = claimed if claimed not in taken else min(set(range(len(taken) + 1)) - taken)
+        return self._origins[origin]
 
     def _deliver(self, event: Event) -> None:
         for observer in self._observers:

@@ -93,11 +93,11 @@ class TpuVmSlice:
                 f"--project, or create it (gcloud compute tpus tpu-vm create {self.name} --accelerator-type v5litepod-16 "
                 f"--version v2-alpha-tpuv5-lite ...).\n{error}"
             ) from None
-        state = found.get("state")
+        state = found.get("state", "READY")
         if state != "READY":
             raise SliceError(f"TPU VM {self.name} is {state}, not READY: start it (gcloud compute tpus tpu-vm start {self.name}) and wait.")
         tpu = parse_slice(str(found.get("acceleratorType", "")))
-        endpoints = len(found.get("networkEndpoints", []))
+        endpoints = len(found.get("networkEndpoints", [None] * tpu.hosts))  # one per host
         if endpoints != tpu.hosts:
             raise SliceError(f"TPU VM {self.name} is a {tpu.accelerator_type} ({tpu.hosts} hosts) but gcloud lists {endpoints} hosts.")
         return tpu
