@@ -23,7 +23,7 @@ from .endings import Ending
 from .frontend import in_notebook_kernel
 from .options import LaunchOptions
 from .output import Write, write_to_sys
-from .runs import Run
+from .runs import FollowedRun, Run, RunObserver
 from .status import HandleStatus
 
 
@@ -57,6 +57,11 @@ class MetricsLog:
 
 def start_in_background(program: Program, options: LaunchOptions, name: str, finish: Finish) -> BackgroundRun:
     """Start a run (its checks first: `LaunchRefused` starts nothing) and return its handle at once."""
+    return follow_in_background(lambda observers, write: Run(program, options, f"background run `{name}`", observers, write), name, finish)
+
+
+def follow_in_background(make_run: Callable[[list[RunObserver], Write], FollowedRun], name: str, finish: Finish) -> BackgroundRun:
+    """Start the run `make_run` builds (on this machine or a pod) and follow it in a helper thread; its handle at once."""
     buttons = None
     if in_notebook_kernel():
         from .stop_buttons import StopButtons  # imports ipywidgets: only where widgets show
@@ -64,8 +69,7 @@ def start_in_background(program: Program, options: LaunchOptions, name: str, fin
         buttons = StopButtons()
     write = write_to_sys if buttons is None else buttons.write
     metrics = MetricsLog()
-    run = Run(program, options, f"background run `{name}`", [metrics], write)
-    handle = BackgroundRun(run, metrics, name, finish, write)
+    handle = BackgroundRun(make_run([metrics], write), metrics, name, finish, write)
     handle.run.start()
     if buttons is not None:
         buttons.show(handle.stop, handle.kill)
@@ -76,7 +80,7 @@ def start_in_background(program: Program, options: LaunchOptions, name: str, fin
 class BackgroundRun:
     """The handle of a background run: status, wait, stop, kill, metrics, result, returned."""
 
-    def __init__(self, run: Run, metrics: MetricsLog, name: str, finish: Finish, write: Write) -> None:
+    def __init__(self, run: FollowedRun, metrics: MetricsLog, name: str, finish: Finish, write: Write) -> None:
         self.run = run
         self.name = name
         self._metrics = metrics

@@ -15,14 +15,14 @@ from tpu_nb.wire.mesh import MeshError, MeshShape
 from tpu_nb.workers.host import Cell
 from tpu_nb.workers.programs import CellProgram, compile_cell
 
-from .background import BackgroundRun, Handback, start_in_background
+from .background import BackgroundRun, Finish, Handback, start_in_background
 from .cell_names import cache_as_written, running_cell_number
 from .cells import AppliedReturns, apply_returns, bindings
 from .endings import Ending
 from .options import LaunchOptions
 from .output import Write, write_to_sys
 from .pod.cells import PREPARE_MAGIC, check_names_recorded, check_plain_python, pod_program
-from .pod.launching import BACKENDS, DEFAULT_RUNS_DIR, PodTarget, launch_pod
+from .pod.launching import BACKENDS, DEFAULT_RUNS_DIR, PodTarget, launch_pod, start_pod_in_background
 from .pod.recording import PreparedCells
 from .runs import Run, run_in_foreground
 
@@ -183,8 +183,6 @@ class TpuMagics(Magics):
         self.prepared.record(Cell(name, f"{PREPARE_MAGIC} {line}".rstrip(), cell), cell_id)
 
     def _train_on_pod(self, args: Any, line: str, cell: str, options: LaunchOptions) -> Any:
-        if args.background:
-            raise UsageError("--background is for runs on this machine; a --pod run is followed in its cell (interrupt to stop it).")
         shell = self._shell
         check_plain_python("%%tpu_train --pod", cell, shell.transform_cell(cell))
         self._compile(line, cell, ())  # a syntax error is shown as in any cell, and nothing starts
@@ -194,6 +192,14 @@ class TpuMagics(Magics):
             self.prepared, name, line, cell, tuple(args.return_names), options.spmd, options.mesh, options.doctor, options.compile_cache
         )
         target = PodTarget(args.pod, args.backend, args.zone, args.project, args.accelerator, args.image, args.run_dir, args.namespace)
+        if args.background:
+            handle = start_pod_in_background(
+                program, target, options, args.name, self._finish_in_background(program.return_names, args.name)
+            )
+            if isinstance(handle, BackgroundRun):
+                shell.user_ns[args.name] = handle
+                return handle
+            return None  # exported
         ending = launch_pod(program, target, options, f"%%tpu_train --pod {args.pod}")
         if not isinstance(ending, Ending):
             return None  # exported: the run directory and its commands were printed
@@ -206,8 +212,14 @@ class TpuMagics(Magics):
         return result.value if result.has_value else None
 
     def _start_in_background(self, program: CellProgram, options: LaunchOptions, name: str) -> BackgroundRun:
+        handle = start_in_background(program, options, name, self._finish_in_background(program.return_names, name))
+        self._shell.user_ns[name] = handle
+        return handle
+
+    def _finish_in_background(self, return_names: tuple[str, ...], name: str) -> Finish:
+        """How a background run's `--return` values reach the notebook: not over a name the user rebound meanwhile."""
         namespace = self._shell.user_ns
-        launched_with = bindings(namespace, program.return_names)
+        launched_with = bindings(namespace, return_names)
 
         def finish(ending: Ending, write: Write) -> Handback:
             result = ending.results[0]
@@ -220,9 +232,7 @@ class TpuMagics(Magics):
             problem = report_returns(applied, write)
             return Handback(result.value if result.has_value else None, applied.returned, problem)
 
-        handle = start_in_background(program, options, name, finish)
-        namespace[name] = handle
-        return handle
+        return finish
 
     @property
     def _shell(self) -> InteractiveShell:

@@ -231,10 +231,16 @@ class Run:
 
 
 class FollowedRun(Protocol):
-    """A run the notebook follows in the foreground: one on this machine (`Run`) or on a pod slice."""
+    """A run the notebook follows, in the foreground or in a helper thread: one on this machine (`Run`) or on a pod slice.
+
+    Only `request_stop` and `request_kill` may be called from another thread than the one that follows it.
+    """
 
     @property
     def ended(self) -> bool: ...
+
+    @property
+    def stopping(self) -> bool: ...
 
     @property
     def stopping_note(self) -> str: ...
@@ -244,6 +250,8 @@ class FollowedRun(Protocol):
     def poll(self) -> None: ...
 
     def request_stop(self) -> bool: ...
+
+    def request_kill(self) -> None: ...
 
     def kill_now(self) -> None: ...
 

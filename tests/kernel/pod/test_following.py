@@ -231,3 +231,21 @@ def test_pod_launch_runs_a_function_after_the_prepared_cells(ip: InteractiveShel
     weights = result.result.returned["model"]
     assert set(weights) == {"weight", "bias"} and isinstance(weights["weight"], torch.Tensor)
     assert pod.live_processes() == []
+
+
+def test_a_background_pod_run_leaves_the_notebook_free_and_stops_on_every_host(ip: InteractiveShell, pod: SimulatedSlice) -> None:
+    with capture_output():
+        assert ip.run_cell("%%tpu_prepare\n" + PREPARE).success
+        before = ip.user_ns["model"].weight.detach().clone()
+        train = TRAIN.format(steps=100_000, pause=0.05, failing_host="none")
+        result = ip.run_cell(f"%%tpu_train --pod my-slice --background --name job --no-progress --return model\n{train}")
+        assert result.success, result.error_in_exec
+        job = ip.user_ns["job"]
+        assert job.status == "running"
+        assert wait_until(lambda: len(job.metrics) >= 3, 60), job.status
+        job.stop()
+        job.wait(120)
+    assert job.status == "stopped"
+    assert not torch.equal(ip.user_ns["model"].weight, before)  # the weights trained until the stop, loaded in place
+    assert any("stop.partial" in " ".join(call) for call in pod.calls())
+    assert wait_until(lambda: pod.live_processes() == [], 10), pod.live_processes()

@@ -21,11 +21,12 @@ from typing import Any, Literal
 from tpu_nb.wire.results import ModuleWeights, RankResult, load_result
 from tpu_nb.workers.host import MATCHED_PACKAGES, RESULTS, Cell, same_release
 
+from ..background import BackgroundRun, Finish, follow_in_background
 from ..endings import Ending
 from ..errors import LaunchRefused
 from ..options import LaunchOptions
 from ..output import Write, write_to_sys
-from ..runs import run_in_foreground
+from ..runs import RunObserver, run_in_foreground
 from . import commands
 from .following import PodBackend, PodRun
 from .gke import GkeSlice
@@ -57,7 +58,38 @@ class PodTarget:
 def launch_pod(
     program: PodProgram, target: PodTarget, options: LaunchOptions, title: str, write: Write = write_to_sys
 ) -> Ending | RunDirectory:
-    """Check, build and start (or, for export, only write) a pod run; `LaunchRefused` lists what to fix."""
+    """Check, build and start (or, for export, only write) a pod run, followed here; `LaunchRefused` lists what to fix."""
+    run, backend, label = _checked_run(program, target, options, write)
+    if backend is None:
+        return run
+    try:
+        return run_in_foreground(PodRun(backend, run, options, title, write, runtime_label=label))
+    except (commands.CommandFailed, SliceError) as error:
+        raise LaunchRefused(f"tpu_nb could not start the pod run:\n- {error}") from None
+
+
+def start_pod_in_background(
+    program: PodProgram, target: PodTarget, options: LaunchOptions, name: str, finish: Finish
+) -> BackgroundRun | RunDirectory:
+    """The same, followed by a helper thread: the handle (with Stop and Kill buttons in a notebook) at once."""
+    run, backend, label = _checked_run(program, target, options, write_to_sys)
+    if backend is None:
+        return run
+    title = f"background run `{name}` on {target.name}"
+
+    def make_run(observers: list[RunObserver], write: Write) -> PodRun:
+        return PodRun(backend, run, options, title, write, observers, runtime_label=label)
+
+    try:
+        return follow_in_background(make_run, name, finish)
+    except (commands.CommandFailed, SliceError) as error:
+        raise LaunchRefused(f"tpu_nb could not start the pod run:\n- {error}") from None
+
+
+def _checked_run(
+    program: PodProgram, target: PodTarget, options: LaunchOptions, write: Write
+) -> tuple[RunDirectory, PodBackend | None, str]:
+    """Every check, then the run directory written: with its backend and the dashboard's label (no backend: exported)."""
     backend_name = _choose_backend(target)
     problems = _option_problems(options, program, target, backend_name)
     tpu, backend = None, None
@@ -73,13 +105,9 @@ def launch_pod(
     run = _write_run(program, target, tpu)
     if backend is None:
         _print_export(run, target, tpu, write)
-        return run
+        return run, None, ""
     label = backend.label if tpu is None else f"{backend.label}: {tpu.accelerator_type}, {tpu.hosts} hosts of {tpu.chips_per_host} chips"
-    pod_run = PodRun(backend, run, options, title, write, runtime_label=label)
-    try:
-        return run_in_foreground(pod_run)
-    except (commands.CommandFailed, SliceError) as error:
-        raise LaunchRefused(f"tpu_nb could not start the pod run:\n- {error}") from None
+    return run, backend, label
 
 
 def _choose_backend(target: PodTarget) -> Literal["gcloud", "gke", "export"]:
