@@ -51,7 +51,7 @@ def test_export_writes_the_jobset_and_prints_the_commands(ip: InteractiveShell, 
     assert result.success, result.error_in_exec
     [run_dir] = (tmp_path / "tpu_nb_pod_runs").iterdir()
     assert (run_dir / "jobset.yaml").exists() and (run_dir / "train.py").exists()
-    assert f"kubectl apply -f {run_dir}/jobset.yaml" in captured.stdout
+    assert f"kubectl --namespace=default apply -f {run_dir}/jobset.yaml" in captured.stdout
     assert "gcloud compute tpus tpu-vm ssh tiny --worker=all" in captured.stdout
     assert "exec python3 train.py" in captured.stdout
 
