@@ -64,7 +64,7 @@ def launch(
         raise LaunchRefused(f"tpu_nb did not start the pod run:\n- {error}") from None
     options = LaunchOptions(None, timeout, all_ranks_output, progress, False, stop_grace, spmd, mesh_shape, doctor, compile_cache)
     target = PodTarget(pod, backend, zone, project, accelerator, image, run_dir, namespace)  # type: ignore[arg-type]
-    return launch_function(train, pod, target, options, tuple(returns), recorded_cells() if prepared else ())
+    return launch_function(train, target, options, tuple(returns), recorded_cells() if prepared else ())
 
 
 def results(run_dir: str | os.PathLike[str]) -> PodResult:

@@ -254,7 +254,6 @@ class PodResult:
 
 def launch_function(
     train: str | Callable[[], Any],
-    pod: str,
     target: PodTarget,
     options: LaunchOptions,
     returns: tuple[str, ...],
