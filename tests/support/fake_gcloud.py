@@ -3,7 +3,7 @@
 What it simulates (configured by environment variables, see `tests/support/pods.py`):
 - `gcloud auth list ...`: the active account (FAKE_GCLOUD_ACCOUNT, empty for none);
 - `gcloud compute tpus tpu-vm describe NAME`: the slice FAKE_GCLOUD_TPU with FAKE_GCLOUD_ACCELERATOR and
-  FAKE_GCLOUD_HOSTS network endpoints, else NOT_FOUND;
+  FAKE_GCLOUD_HOSTS network endpoints (FAKE_GCLOUD_ENDPOINTS, FAKE_GCLOUD_STATE to say otherwise), else NOT_FOUND;
 - `... ssh NAME --worker=all --command=CMD`: CMD run with `bash -c` once per host, each a separate process,
   at the same time, in the host's home directory (FAKE_GCLOUD_ROOT/host-N) with TPU_WORKER_ID=N (unless
   FAKE_GCLOUD_NO_WORKER_ID is set); their
@@ -44,7 +44,9 @@ def main(argv: list[str]) -> int:
         if rest[0] != name:
             print(f"ERROR: (gcloud.compute.tpus.tpu-vm.describe) NOT_FOUND: {rest[0]}", file=sys.stderr)
             return 1
-        described = {"state": "READY", "acceleratorType": os.environ["FAKE_GCLOUD_ACCELERATOR"], "networkEndpoints": [{}] * hosts}
+        state = os.environ.get("FAKE_GCLOUD_STATE", "READY")
+        endpoints = int(os.environ.get("FAKE_GCLOUD_ENDPOINTS", hosts))
+        described = {"state": state, "acceleratorType": os.environ["FAKE_GCLOUD_ACCELERATOR"], "networkEndpoints": [{}] * endpoints}
         print(json.dumps(described))
         return 0
     if verb == "ssh":

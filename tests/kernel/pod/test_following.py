@@ -249,3 +249,20 @@ def test_a_background_pod_run_leaves_the_notebook_free_and_stops_on_every_host(i
     assert not torch.equal(ip.user_ns["model"].weight, before)  # the weights trained until the stop, loaded in place
     assert any("stop.partial" in " ".join(call) for call in pod.calls())
     assert wait_until(lambda: pod.live_processes() == [], 10), pod.live_processes()
+
+
+def test_a_slice_that_is_not_ready_or_not_whole_is_refused(
+    ip: InteractiveShell, pod: SimulatedSlice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_GCLOUD_STATE", "STOPPED")
+    result, _ = run_cell(ip, "%%tpu_train --pod my-slice --no-progress\n1")
+    assert isinstance(result.error_in_exec, LaunchRefused)
+    assert "TPU VM my-slice is STOPPED, not READY: start it (gcloud compute tpus tpu-vm start my-slice)" in str(result.error_in_exec)
+    monkeypatch.setenv("FAKE_GCLOUD_STATE", "READY")
+    monkeypatch.setenv("FAKE_GCLOUD_ENDPOINTS", "1")
+    result, _ = run_cell(ip, "%%tpu_train --pod my-slice --no-progress\n1")
+    assert "TPU VM my-slice is a v4-16 (2 hosts) but gcloud lists 1 hosts." in str(result.error_in_exec)
+    monkeypatch.setenv("FAKE_GCLOUD_ENDPOINTS", "2")
+    result, _ = run_cell(ip, "%%tpu_train --pod my-slice --spmd --mesh fsdp=4 --no-progress\n1")
+    assert "--mesh fsdp=4 covers 4 devices, but a v4-16 has 8." in str(result.error_in_exec)
+    assert not any("scp" in call for call in pod.calls())  # nothing was copied anywhere

@@ -141,3 +141,22 @@ def test_pods_that_never_start_are_deleted(
     assert isinstance(result.error_in_exec, LaunchRefused) and "did not start within 3s" in str(result.error_in_exec)
     assert any(call[:2] == ["delete", "jobset"] for call in cluster.calls())
     assert wait_until(lambda: cluster.live_processes() == [], 10)
+
+
+def test_refused_without_an_image_an_accelerator_or_a_cluster_that_allows_jobsets(
+    ip: InteractiveShell, cluster: SimulatedCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with capture_output():
+        result = ip.run_cell(f"%%tpu_train --pod tiny --backend gke --run-dir file://{tmp_path}/b --no-progress\n1")
+    message = str(result.error_in_exec)
+    assert "--backend gke needs --image IMAGE" in message and "--backend gke needs --accelerator TYPE" in message
+    monkeypatch.setenv("FAKE_KUBECTL_CAN_I", "no")
+    with capture_output():
+        result = ip.run_cell(
+            f"%%tpu_train --pod tiny --image example.com/xla --accelerator v4-16 --run-dir file://{tmp_path}/b --no-progress\n1"
+        )
+    assert "kubectl may not create JobSets in namespace default (it said 'no')" in str(result.error_in_exec)
+    with capture_output():
+        result = ip.run_cell(f"%%tpu_train --pod Bad_Name --image example.com/xla --accelerator v4-16 --run-dir file://{tmp_path}/b\n1")
+    assert "--pod Bad_Name: 'Bad_Name' cannot name a JobSet" in str(result.error_in_exec)
+    assert not any(call[0] == "apply" for call in cluster.calls())

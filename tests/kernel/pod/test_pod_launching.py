@@ -59,3 +59,17 @@ def test_export_writes_the_jobset_and_prints_the_commands(ip: InteractiveShell, 
 def test_a_local_build_tag_is_the_same_release() -> None:
     hosts = [HostVersions("w-0", "2.9.0", "2.9.0")]
     assert version_problems({"torch": "2.9.0+cpu", "torch_xla": "2.9.0"}, hosts, 1) == []  # Colab's torch, PyPI's on the hosts
+
+
+def test_results_of_a_run_that_saved_none_say_what_to_check(tmp_path: Path) -> None:
+    import tpu_nb
+
+    with pytest.raises(FileNotFoundError, match="holds no results of rank 0 .results/result-0.index.: has the run ended"):
+        tpu_nb.pod.results(tmp_path)
+
+
+def test_a_function_without_source_is_refused() -> None:
+    import tpu_nb
+
+    with pytest.raises(LaunchRefused, match="its source cannot be read .* pass the code as a string"):
+        tpu_nb.pod.launch(print, "my-slice", backend="export")
