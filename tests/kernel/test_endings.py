@@ -9,7 +9,7 @@ import pytest
 
 from tpu_nb.kernel.endings import Died, Raised, Stopped, Succeeded, collect, describe_exit, ending_of
 from tpu_nb.kernel.errors import TrainingInterrupted, TrainingTimedOut, WorkerDied, WorkerError
-from tpu_nb.wire.results import ExceptionReport, RankResult, SupervisorReport, save_exception, save_report, save_result
+from tpu_nb.wire.results import ExceptionReport, RankResult, ResultPlaces, SupervisorReport, save_exception, save_report, save_result
 
 RESULTS = {0: RankResult(42, has_value=True)}
 
@@ -81,7 +81,7 @@ def test_collect_prefers_the_first_rank_that_failed(tmp_path: Path) -> None:
 
 def test_collect_reads_the_results_after_a_clean_exit(tmp_path: Path) -> None:
     save_report(SupervisorReport(None, {}), tmp_path)
-    save_result(RankResult(7, True, {"x": [1, 2]}, ("y",)), tmp_path, 0)
+    save_result(RankResult(7, True, {"x": [1, 2]}, ("y",)), ResultPlaces(tmp_path), 0)
     outcome = collect(tmp_path, {}, None, 0, [0], 2.0, stopped_at_step=None)
     assert outcome == Succeeded({0: RankResult(7, True, {"x": [1, 2]}, ("y",))}, 2.0)
 

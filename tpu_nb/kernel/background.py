@@ -41,18 +41,23 @@ Finish = Callable[[Ending, Write], Handback]
 
 
 class MetricsLog:
-    """Every metric rank 0 reported, as rows of {"step": ..., name: value}."""
+    """Every metric rank 0 reported, as rows of {"step": ..., name: value}: one row per step, as on the dashboard."""
 
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
 
     def on_event(self, event: Event) -> None:
-        if isinstance(event, Progress) and event.metrics:
-            row: dict[str, Any] = {"step": event.step}
-            if event.epoch is not None:
-                row["epoch"] = event.epoch
-            row.update(event.metrics)
+        if not isinstance(event, Progress) or not event.metrics:
+            return
+        last = self.rows[-1] if self.rows else None
+        if last is not None and event.step is not None and last["step"] == event.step:
+            row = last  # the rest of the same step: a report too big for one message, or eval after train
+        else:
+            row = {"step": event.step}
             self.rows.append(row)
+        if event.epoch is not None:
+            row["epoch"] = event.epoch
+        row.update(event.metrics)
 
 
 def start_in_background(program: Program, options: LaunchOptions, name: str, finish: Finish) -> BackgroundRun:

@@ -23,6 +23,8 @@ class AppliedReturns:
     kept: tuple[str, ...]
     missing: tuple[str, ...]
     not_transferable: tuple[str, ...]
+    lost: tuple[str, ...] = ()
+    """What no place could hold (the value or names), explained with the sizes and the fix."""
 
 
 _UNBOUND = object()
@@ -58,4 +60,5 @@ def apply_returns(result: RankResult, namespace: dict[str, Any], unless_rebound:
         kept=tuple(kept),
         missing=result.missing,
         not_transferable=tuple(not_transferable),
+        lost=tuple(lost.explain() for lost in result.lost),
     )

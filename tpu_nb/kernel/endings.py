@@ -15,7 +15,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
-from tpu_nb.wire.results import ExceptionReport, RankResult, SupervisorReport, load_exceptions, load_report, load_result
+from tpu_nb.wire.results import (
+    ExceptionReport,
+    RankResult,
+    ResultNotLoaded,
+    SupervisorReport,
+    load_exceptions,
+    load_report,
+    load_result,
+)
 
 from .errors import TrainingInterrupted, TrainingTimedOut, WorkerDied, WorkerError, where_raised
 from .out_of_memory import explain_out_of_memory
@@ -45,6 +53,7 @@ class Died:
     who: str  # "the worker for rank 1", "the tpu_nb supervisor process", ...
     seconds: float
     cause: str | None = None  # when no exit code says it: "xmp.spawn failed: ...", "ended without ..."
+    kept: Path | None = None  # a result file that could not be loaded, kept on disk for the user
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +143,10 @@ def collect(
         return _died(report, ranks_by_pid, supervisor_status, seconds)
     results = {}
     for rank in wanted_ranks:
-        result = load_result(run_dir, rank)
+        try:
+            result = load_result(run_dir, rank)
+        except ResultNotLoaded as error:
+            return Died(rank, None, f"rank {rank}", seconds, f"finished, but {error}", kept=error.path)
         if result is None:
             return Died(rank, None, f"rank {rank}", seconds, "ended without sending back its result")
         results[rank] = result

@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from IPython.core.error import UsageError
+
 from tpu_nb.wire.mesh import MeshError, MeshShape
+from tpu_nb.wire.results import NotTransferable, RankResult
 from tpu_nb.workers.programs import FunctionProgram
 
 from .background import BackgroundRun, Handback, start_in_background
@@ -59,6 +62,9 @@ def launch(
     title = f"tpu_nb.launch({name})"
 
     def value_of(ending: Ending) -> Any:
+        problems = [problem for rank in sorted(ending.results) for problem in _not_returned(rank, ending.results[rank])]
+        if problems:
+            raise UsageError("\n".join(problems))
         if all_results:
             return [ending.results[rank].value for rank in sorted(ending.results)]
         return ending.results[0].value
@@ -74,3 +80,14 @@ def launch(
     if ending.error is not None:
         raise ending.error
     return value_of(ending)
+
+
+def _not_returned(rank: int, result: RankResult) -> list[str]:
+    """Why rank `rank`'s return value did not come back, if it did not: never a stand-in in its place."""
+    problems = [f"rank {rank}: {lost.explain()}" for lost in result.lost]
+    if isinstance(result.value, NotTransferable):
+        problems.append(
+            f"rank {rank}: the function returned a {result.value.type_name}, which cannot be sent back from the worker "
+            f"({result.value.reason}): return plain values, tensors or modules instead."
+        )
+    return problems

@@ -257,6 +257,7 @@ def report_returns(applied: AppliedReturns, write: Write) -> UsageError | None:
         write("stdout", f"tpu_nb: updated `{name}` in place with rank 0's trained weights.\n")
     problems = [f"--return {name}: the cell did not define `{name}` on rank 0." for name in applied.missing]
     problems += [f"--return {detail}" for detail in applied.not_transferable]
+    problems += list(applied.lost)
     if problems:
         return UsageError("\n".join(problems) + "\nEverything else was returned.")
     return None

@@ -6,7 +6,6 @@ Mechanics only: `runs.Run` decides when to stop and what the events mean.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -17,6 +16,7 @@ from tpu_nb.wire.channel import EventReader, open_channel
 from tpu_nb.wire.environment import WorkerEnvironment
 from tpu_nb.wire.events import Event
 from tpu_nb.wire.mesh import MeshShape
+from tpu_nb.wire.results import ResultPlaces, free_bytes, remove_places
 from tpu_nb.wire.stop_request import StopRequest
 from tpu_nb.workers.programs import Program
 from tpu_nb.workers.supervisor import prepare_to_fork, supervise
@@ -27,6 +27,7 @@ from . import forking
 TERMINATE_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
 KILL_WAIT = 10.0  # seconds for SIGKILLed processes to disappear
 _SUPERVISOR_CRASHED = 70
+MIN_SHARED_MEMORY = 16 << 20  # bytes /dev/shm must have free to hold a run's small files (bigger results spill to disk)
 
 
 class WorkerProcesses:
@@ -34,7 +35,9 @@ class WorkerProcesses:
 
     def __init__(self) -> None:
         self.pid = 0
-        self.run_dir: Path | None = None
+        self.places: ResultPlaces | None = None
+        self.keep: Path | None = None
+        """A result file the kernel could not load: its place is not removed."""
         self._reader: EventReader | None = None
         self._exit_status: int | None = None
 
@@ -53,8 +56,8 @@ class WorkerProcesses:
         sys.stdout.flush()
         sys.stderr.flush()
         reader, writer = open_channel()
-        run_dir = Path(tempfile.mkdtemp(prefix="tpu_nb-", dir=_shared_memory_dir()))
-        payload = WorkerPayload(program, writer, stop_request, run_dir, all_results, mesh, doctor, compile_cache)
+        places = make_places()
+        payload = WorkerPayload(program, writer, stop_request, places, all_results, mesh, doctor, compile_cache)
         kernel_pid = os.getpid()
         prepare_to_fork()
         pid = forking.fork()
@@ -71,7 +74,7 @@ class WorkerProcesses:
         except (PermissionError, ProcessLookupError):
             pass  # the child did it first, or already exited
         writer.close()
-        self.pid, self._reader, self.run_dir = pid, reader, run_dir
+        self.pid, self._reader, self.places = pid, reader, places
 
     def read(self, timeout: float) -> list[Event]:
         """Events that arrive within `timeout` seconds."""
@@ -110,9 +113,9 @@ class WorkerProcesses:
                 return
 
     def close(self) -> None:
-        """Remove the run dir and close the pipe."""
-        if self.run_dir is not None:
-            shutil.rmtree(self.run_dir, ignore_errors=True)
+        """Remove the run's directories and close the pipe."""
+        if self.places is not None:
+            remove_places(self.places, self.keep)
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -147,6 +150,16 @@ def _signal_group(pgid: int, signum: int) -> None:
         pass
 
 
-def _shared_memory_dir() -> str | None:
-    shm = "/dev/shm"
-    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+def make_places() -> ResultPlaces:
+    """A private run directory in shared memory (/dev/shm, when it has room), and one on local disk for results that do not fit.
+
+    Both are created empty now (0700, random names), so no other user can
+    claim them before a worker writes there.
+    """
+    shm = Path("/dev/shm")
+    in_memory = shm.is_dir() and os.access(shm, os.W_OK) and free_bytes(shm) >= MIN_SHARED_MEMORY
+    run_dir = Path(tempfile.mkdtemp(prefix="tpu_nb-", dir=shm if in_memory else None))
+    disk = Path(tempfile.gettempdir())
+    if not in_memory or disk.stat().st_dev == shm.stat().st_dev:
+        return ResultPlaces(run_dir)  # the run dir is on that disk already
+    return ResultPlaces(run_dir, (Path(tempfile.mkdtemp(prefix="tpu_nb-results-", dir=disk)),))

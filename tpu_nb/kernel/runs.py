@@ -20,7 +20,7 @@ from tpu_nb.wire.events import Event, Stopping, WorkerRaised, WorkerStarted
 from tpu_nb.wire.stop_request import StopRequest
 from tpu_nb.workers.programs import Program
 
-from .endings import Ending, Outcome, Stopped, collect, ending_of
+from .endings import Died, Ending, Outcome, Stopped, collect, ending_of
 from .options import LaunchOptions
 from .output import OutputPrinter, Write, write_to_sys
 from .preflight import check_can_launch
@@ -203,10 +203,13 @@ class Run:
         # (stuck in uninterruptible I/O on a device): say it was killed.
         exit_status = self._processes.exit_status
         exit_status = -signal.SIGKILL if exit_status is None else exit_status
-        assert self._processes.run_dir is not None
-        return collect(
-            self._processes.run_dir, facts.ranks_by_pid, facts.first_raising_rank, exit_status, ranks, seconds, facts.stopping_step
+        assert self._processes.places is not None
+        outcome = collect(
+            self._processes.places.run_dir, facts.ranks_by_pid, facts.first_raising_rank, exit_status, ranks, seconds, facts.stopping_step
         )
+        if isinstance(outcome, Died):
+            self._processes.keep = outcome.kept
+        return outcome
 
     def _terminate(self, reason: Literal["interrupt", "timeout"] | None) -> None:
         """End every process now, even if the user keeps pressing interrupt. `reason` None: a worker failed."""

@@ -3,7 +3,8 @@
 Every event is one length-prefixed pickle written with a single `write()` of
 at most PIPE_BUF bytes. POSIX makes such writes atomic, so any number of
 workers (and threads) can share the pipe without a lock, and a worker killed
-mid-run can never leave half a message that would block the reader.
+mid-run can never leave half a message that would block the reader. A bigger
+event is split (or cut) to fit first (`tpu_nb.wire.limits`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import struct
 from typing import Protocol
 
 from tpu_nb.wire.events import Event
+from tpu_nb.wire.limits import fit
 
 _HEADER = struct.Struct("<I")
 MAX_FRAME = select.PIPE_BUF  # 4096 on Linux
@@ -35,12 +37,11 @@ class EventWriter:
 
     def send(self, event: Event) -> None:
         payload = pickle.dumps(event, protocol=pickle.HIGHEST_PROTOCOL)
-        frame = _HEADER.pack(len(payload)) + payload
-        if len(frame) > MAX_FRAME:
-            raise ValueError(
-                f"{type(event).__name__} pickles to {len(frame)} bytes, over the {MAX_FRAME}-byte atomic pipe write; this is a tpu_nb bug"
-            )
-        os.write(self.fd, frame)
+        if _HEADER.size + len(payload) > MAX_FRAME:
+            for piece in fit(event, _frame_size, MAX_FRAME):
+                self.send(piece)
+            return
+        os.write(self.fd, _HEADER.pack(len(payload)) + payload)
 
     def close(self) -> None:
         os.close(self.fd)
@@ -84,6 +85,10 @@ class EventReader:
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def _frame_size(event: Event) -> int:
+    return _HEADER.size + len(pickle.dumps(event, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def open_channel() -> tuple[EventReader, EventWriter]:

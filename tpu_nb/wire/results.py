@@ -1,22 +1,70 @@
-"""What a run leaves in its run directory for the kernel: results, a worker's exception, the supervisor's report.
+"""What a run leaves for the kernel: each rank's result, a worker's exception, the supervisor's report.
 
-Results are written with `torch.save` to a run directory in shared memory
+Results are written with `torch.save` to the run directory in shared memory
 (/dev/shm where it exists) and read back in the kernel, rather than pushed
 through a pipe: `benchmarks/return_transfer.py` measures the difference.
-The value and each returned name are files of their own, so one value that
-cannot be pickled does not lose the others.
+Shared memory is often small (Docker gives containers 64 MB), so each part
+goes where it fits: the run directory when it has room to spare, else a
+private directory on local disk (`ResultPlaces`). Every file is checked once
+written (its size and its zip directory, which a write cut short lacks)
+before it counts, and a part that no place could hold is said, with the
+sizes, never dropped. The value and each returned name are files of their
+own, so one value that cannot be pickled or stored loses nothing else.
+
+The index of a rank's parts is JSON, and module weights load with
+`weights_only=True`; only other values are unpickled, and only from a
+place the user trusts (`load_result(..., pickled=False)` otherwise).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
+import shutil
+import zipfile
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import IO, Any, cast
+
+from .limits import cap_text
+
+ROOM_TO_SPARE = 16 << 20
+"""Bytes a place keeps free after a result is written there (other processes use shared memory too)."""
+MAX_MESSAGE_BYTES = 16 << 10
+MAX_TRACEBACK_LINES = 200
+MAX_TRACEBACK_LINE_BYTES = 4 << 10
+
+
+@dataclass(frozen=True, slots=True)
+class ResultPlaces:
+    """Where a run's workers may write results: the run directory first, then private directories on local disk."""
+
+    run_dir: Path
+    spill_dirs: tuple[Path, ...] = ()
+
+    def all(self) -> tuple[Path, ...]:
+        return (self.run_dir, *self.spill_dirs)
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """A part of a result that no place could hold: what, its size, and what each place said."""
+
+    what: str  # "the value", "`model`"
+    size: int  # bytes it needed, as estimated from its tensors
+    tried: tuple[str, ...]  # e.g. "/dev/shm/tpu_nb-x1 (63.9 MB free): No space left on device"
+
+    def explain(self) -> str:
+        places = "; ".join(self.tried) or "no place to write to"
+        return (
+            f"{self.what} ({format_bytes(self.size)}) could not be sent back: no place had room for it ({places}). "
+            "Free space there, or send back less (return only the trained model; save other large values from "
+            "the cell yourself, e.g. torch.save to a disk with room)."
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +78,8 @@ class RankResult:
     """`--return` name -> value (`ModuleWeights` for a module the notebook holds)."""
     missing: tuple[str, ...] = ()
     """`--return` names the program never defined."""
+    lost: tuple[Lost, ...] = ()
+    """Parts that no place could hold (their names are not in `returned`; a lost value leaves `value` None)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +111,15 @@ class ExceptionReport:
     message: str
     traceback_lines: list[str]
 
+    @classmethod
+    def of(cls, rank: int | None, world_size: int, error: BaseException, traceback_lines: list[str]) -> ExceptionReport:
+        """The report of `error`, its message and traceback capped to what an error message can show."""
+        lines = [cap_text(line, MAX_TRACEBACK_LINE_BYTES) for line in traceback_lines]
+        if len(lines) > MAX_TRACEBACK_LINES:
+            half = MAX_TRACEBACK_LINES // 2
+            lines = [*lines[:half], f"[… {len(lines) - 2 * half} lines skipped …]", *lines[-half:]]
+        return cls(rank, world_size, type(error).__name__, cap_text(str(error), MAX_MESSAGE_BYTES), lines)
+
 
 @dataclass(frozen=True, slots=True)
 class SupervisorReport:
@@ -70,48 +129,64 @@ class SupervisorReport:
     exit_codes: dict[int, int] = field(default_factory=dict)  # worker pid -> exit code
 
 
-@dataclass(frozen=True, slots=True)
-class _Index:
-    """Which files hold a rank's result."""
+class ResultNotLoaded(Exception):
+    """A saved part the kernel could not load; its file is kept, and the message names it."""
 
-    has_value: bool
-    returned: tuple[str, ...]
-    missing: tuple[str, ...]
+    def __init__(self, path: Path, error: BaseException) -> None:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        # torch's weights-only refusal is a page of advice; its last words say what was refused.
+        said = next((line for line in lines if line.startswith("WeightsUnpickler error:")), lines[0] if lines else "")
+        super().__init__(
+            f"its result file {path} could not be loaded ({type(error).__name__}: {cap_text(said, 300)}); the file was kept there"
+        )
+        self.path = path
 
 
-def save_result(result: RankResult, directory: Path, rank: int) -> None:
-    """Write a rank's result; a part that cannot be pickled becomes `NotTransferable`."""
-    import torch
+_VALUE = "value"
 
+
+def save_result(result: RankResult, places: ResultPlaces, rank: int) -> None:
+    """Write a rank's result, each part where it fits; a part that cannot be pickled becomes `NotTransferable`."""
     parts = {
-        **({"value": result.value} if result.has_value else {}),
-        **{f"return-{name}": value for name, value in result.returned.items()},
+        **({_VALUE: result.value} if result.has_value else {}),
+        **{f"return:{name}": value for name, value in result.returned.items()},
     }
-    for index, value in enumerate(parts.values()):
-        path = directory / f"result-{rank}-{index}.pt"
-        value = to_cpu(value)
-        try:
-            _save_atomically(torch, value, path)
-        except (pickle.PicklingError, TypeError, AttributeError, RuntimeError) as error:
-            _save_atomically(torch, NotTransferable(type(value).__qualname__, _short_repr(value), str(error)), path)
-    index_file = _Index(result.has_value, tuple(result.returned), result.missing)
-    _write_atomically(directory / f"result-{rank}.index", pickle.dumps(index_file))
+    # Trained weights first: when space is short, they are what must come back.
+    order = sorted(parts, key=lambda key: not isinstance(parts[key], ModuleWeights))
+    index = [_save_part(key, to_cpu(parts[key]), places, f"result-{rank}-{number}.pt") for number, key in enumerate(order)]
+    record = {"has_value": result.has_value, "missing": list(result.missing), "parts": index}
+    _write_atomically(index_file(places.run_dir, rank), json.dumps(record).encode())
 
 
-def load_result(directory: Path, rank: int) -> RankResult | None:
-    """The result a rank saved, or None when it saved none."""
-    import torch
+def index_file(directory: Path, rank: int) -> Path:
+    """The file that lists a rank's saved parts: it exists once the rank saved its result."""
+    return directory / f"result-{rank}.json"
 
-    index_file = directory / f"result-{rank}.index"
-    if not index_file.exists():
+
+def load_result(directory: Path, rank: int, *, pickled: bool = True) -> RankResult | None:
+    """The result a rank saved in `directory`, or None when it saved none.
+
+    Module weights load with `weights_only=True`; other values are unpickled
+    only with `pickled` (a place the caller trusts), else they stand as
+    `NotTransferable`. `ResultNotLoaded` when a saved file cannot be read.
+    """
+    index = index_file(directory, rank)
+    if not index.exists():
         return None
-    index: _Index = pickle.loads(index_file.read_bytes())
-    parts = [
-        torch.load(directory / f"result-{rank}-{number}.pt", map_location="cpu", weights_only=False)
-        for number in range(int(index.has_value) + len(index.returned))
-    ]
-    value = parts.pop(0) if index.has_value else None
-    return RankResult(value, index.has_value, MappingProxyType(dict(zip(index.returned, parts, strict=True))), index.missing)
+    record = json.loads(index.read_text())
+    value, returned, lost = None, {}, []
+    for part in record["parts"]:
+        key = part["key"]
+        if part["kind"] == "lost":
+            lost.append(Lost(_part_name(key), part["bytes"], tuple(part["tried"])))
+            continue
+        loaded = _load_part(directory, part, pickled)
+        if key == _VALUE:
+            value = loaded
+        else:
+            returned[key.removeprefix("return:")] = loaded
+    has_value = record["has_value"] and not any(part["key"] == _VALUE and part["kind"] == "lost" for part in record["parts"])
+    return RankResult(value, has_value, MappingProxyType(returned), tuple(record["missing"]), tuple(lost))
 
 
 def save_exception(report: ExceptionReport, directory: Path) -> None:
@@ -119,7 +194,7 @@ def save_exception(report: ExceptionReport, directory: Path) -> None:
 
 
 def load_exceptions(directory: Path) -> dict[int, ExceptionReport]:
-    """Every worker exception in the run dir, by rank."""
+    """Every worker exception in the run dir, by rank (the kernel's own private run dir: pickles it wrote)."""
     return {int(path.stem.split("-")[1]): pickle.loads(path.read_bytes()) for path in directory.glob("error-*.pkl")}
 
 
@@ -140,6 +215,8 @@ def to_cpu(value: Any) -> Any:
         return value.cpu()
     if isinstance(value, torch.Tensor):
         return value.cpu() if value.device.type != "cpu" else value
+    if isinstance(value, ModuleWeights):
+        return ModuleWeights(to_cpu(value.state_dict))
     # Plain containers only: rebuilding a user's own container type could fail.
     if type(value) in (dict, OrderedDict):
         return type(value)((key, to_cpu(item)) for key, item in value.items())
@@ -148,10 +225,151 @@ def to_cpu(value: Any) -> Any:
     return value
 
 
-def _save_atomically(torch: Any, value: Any, path: Path) -> None:
-    partial = path.with_suffix(".partial")
-    torch.save(value, partial)
-    os.replace(partial, path)
+def format_bytes(size: int | float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1000
+    raise AssertionError("unreachable")
+
+
+def free_bytes(path: Path) -> int:
+    stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize
+
+
+def _save_part(key: str, value: Any, places: ResultPlaces, file_name: str) -> dict[str, Any]:
+    """Save one part in the first place with room; its index entry (what kind, where, or what each place said)."""
+    import torch
+
+    weights = isinstance(value, ModuleWeights)
+    payload = dict(value.state_dict) if weights else value
+    size = estimated_bytes(payload)
+    free = {place: free_bytes(place) for place in places.all() if place.is_dir()}
+    tried = {place: f"{place} ({format_bytes(room)} free)" for place, room in free.items()}
+    for place in _by_room(free, size):
+        path = place / file_name
+        partial = path.with_suffix(".partial")
+        recorder: _WriteRecorder | None = None
+        try:
+            with partial.open("wb") as file:
+                recorder = _WriteRecorder(file)
+                torch.save(payload, cast(IO[bytes], recorder))  # all torch.save calls on it: write and flush
+            check_result_file(partial)
+        except (OSError, RuntimeError, zipfile.BadZipFile, pickle.PicklingError, TypeError, AttributeError) as error:
+            partial.unlink(missing_ok=True)
+            written_error = recorder.error if recorder is not None else None
+            if written_error is None and not isinstance(error, OSError | zipfile.BadZipFile):
+                # Nothing failed to be written: the value itself cannot be pickled.
+                return {"key": key, "kind": "unpicklable", **_not_transferable(value, error)}
+            tried[place] += f": {written_error or error}"
+            continue
+        os.replace(partial, path)
+        in_run_dir = place == places.run_dir
+        return {"key": key, "kind": "weights" if weights else "pickle", "file": file_name if in_run_dir else str(path), "bytes": size}
+    return {"key": key, "kind": "lost", "bytes": size, "tried": list(tried.values())}
+
+
+def _by_room(free: dict[Path, int], size: int) -> list[Path]:
+    """The places to try in order: those with room to spare (run dir first), then the roomiest of the rest."""
+    roomy = [place for place in free if free[place] >= size * 1.1 + ROOM_TO_SPARE]
+    rest = sorted((place for place in free if place not in roomy), key=free.__getitem__, reverse=True)
+    return roomy + rest[:1]  # a size is an estimate: try one more place before giving up
+
+
+class _WriteRecorder:
+    """The file `torch.save` writes to, remembering the OS's error (torch's own message does not say 'no space')."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self._file = file
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self._file.write(data)
+        except OSError as error:
+            self.error = error
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._file.flush()
+        except OSError as error:
+            self.error = error
+            raise
+
+
+def check_result_file(path: Path) -> None:
+    """A written result file is whole: its zip directory is there and every entry lies inside the file."""
+    size = path.stat().st_size
+    with zipfile.ZipFile(path) as archive:
+        entries = archive.infolist()
+    if not any(entry.filename.endswith("data.pkl") for entry in entries):
+        raise zipfile.BadZipFile(f"{path.name} has no data.pkl")
+    if any(entry.header_offset + entry.compress_size > size for entry in entries):
+        raise zipfile.BadZipFile(f"{path.name} is cut short ({size} bytes)")
+
+
+def estimated_bytes(value: Any) -> int:
+    """Bytes `torch.save` will need for `value`: its tensors' storages (each once) and a little for the rest."""
+    import torch
+
+    storages: dict[tuple[int, int], int] = {}
+    seen: set[int] = set()
+
+    def visit(item: Any, depth: int) -> None:
+        if id(item) in seen or depth > 6:
+            return
+        seen.add(id(item))
+        if isinstance(item, torch.Tensor):
+            storage = item.untyped_storage()
+            storages[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
+        elif isinstance(item, torch.nn.Module):
+            for tensor in item.state_dict(keep_vars=True).values():
+                visit(tensor, depth + 1)
+        elif isinstance(item, dict):
+            for entry in item.values():
+                visit(entry, depth + 1)
+        elif isinstance(item, list | tuple | set | frozenset):
+            for entry in item:
+                visit(entry, depth + 1)
+        elif hasattr(item, "__dict__") and not isinstance(item, type):
+            visit(vars(item), depth + 1)
+
+    visit(value, 0)
+    return sum(storages.values()) + (64 << 10)
+
+
+def _load_part(directory: Path, part: dict[str, Any], pickled: bool) -> Any:
+    import torch
+
+    kind = part["kind"]
+    if kind == "unpicklable":
+        return NotTransferable(part["type_name"], part["text"], part["reason"])
+    path = _part_path(directory, part)
+    if kind == "pickle" and not pickled:
+        return NotTransferable(
+            "pickled value", f"<{_part_name(part['key'])}, not loaded>", f"it is pickled, and {directory} is not a place you named as yours"
+        )
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=kind == "weights")
+    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError, MemoryError) as error:
+        raise ResultNotLoaded(path, error) from None
+    return ModuleWeights(loaded) if kind == "weights" else loaded
+
+
+def _part_path(directory: Path, part: dict[str, Any]) -> Path:
+    # A part in the run directory is named relative to it (a pod's results travel), one spilled to disk by its path.
+    file = Path(part["file"])
+    return file if file.is_absolute() else directory / file.name
+
+
+def _part_name(key: str) -> str:
+    return "the value" if key == _VALUE else f"`{key.removeprefix('return:')}`"
+
+
+def _not_transferable(value: Any, error: BaseException) -> dict[str, str]:
+    return {"type_name": type(value).__qualname__, "text": _short_repr(value), "reason": str(error)}
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -160,9 +378,16 @@ def _write_atomically(path: Path, data: bytes) -> None:
     os.replace(partial, path)
 
 
+def remove_places(places: ResultPlaces, keep: Path | None = None) -> None:
+    """Remove the run's places, except the one holding `keep` (a result the kernel could not load)."""
+    for place in places.all():
+        if keep is None or not keep.is_relative_to(place):
+            shutil.rmtree(place, ignore_errors=True)
+
+
 def _short_repr(value: Any) -> str:
     try:
         text = repr(value)
     except Exception as error:  # noqa: BLE001 - any user __repr__ may fail; show why
         return f"<repr failed: {error}>"
-    return text if len(text) <= 2000 else text[:2000] + "..."
+    return cap_text(text, 2000)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import linecache
 import os
+import signal
 import sys
 import threading
 import time
@@ -27,7 +28,7 @@ from typing import Any, NoReturn
 from tpu_nb.runtime.system import installed_version
 from tpu_nb.wire.host_lines import HostEnded, LineWriter
 from tpu_nb.wire.mesh import MeshShape
-from tpu_nb.wire.results import ExceptionReport, load_exceptions
+from tpu_nb.wire.results import ExceptionReport, ResultPlaces, index_file, load_exceptions
 from tpu_nb.wire.stop_request import StopRequest
 
 from .output import capture_output, flush_output
@@ -93,7 +94,8 @@ class HostPlan:
 def run_host(namespace: dict[str, Any], prepared: Sequence[Cell], train: Cell) -> NoReturn:
     """`train.py`'s main: run this host's part and exit with its status."""
     run_dir = Path(namespace["__file__"]).resolve().parent
-    writer = LineWriter(os.dup(sys.stdout.fileno()), host_index())
+    leads_group = _lead_process_group(run_dir)
+    writer = LineWriter(os.dup(sys.stdout.fileno()), host_index(), on_broken=_end_host if leads_group else None)
     sys.exit(_run_host(run_dir, writer, namespace, prepared, train))
 
 
@@ -130,7 +132,6 @@ def same_release(found: str | None, wanted: str | None) -> bool:
 
 def _run_host(run_dir: Path, writer: LineWriter, namespace: dict[str, Any], prepared: Sequence[Cell], train: Cell) -> int:
     plan = HostPlan.read(run_dir / MANIFEST)
-    _lead_process_group(run_dir)
     problem = version_problem(plan, writer.host)
     if problem is not None:
         writer.send(HostEnded("refused", problem))
@@ -146,13 +147,15 @@ def _run_host(run_dir: Path, writer: LineWriter, namespace: dict[str, Any], prep
             exec(compile("\n" + cell.source, cell.name, "exec"), namespace)
     except Exception as error:  # noqa: BLE001 - the user's error goes to the notebook
         flush_output()
-        writer.send(ExceptionReport(None, plan.hosts, type(error).__name__, str(error), format_user_traceback(error)))
+        writer.send(ExceptionReport.of(None, plan.hosts, error, format_user_traceback(error)))
         writer.send(HostEnded("raised"))
         return 1
     program = compile_cell(train.source, train.name, namespace, plan.return_names, first_line=2)
     results = run_dir / RESULTS
     results.mkdir(exist_ok=True)
-    report = spawn_workers(WorkerPayload(program, writer, stop_request, results, False, plan.mesh, plan.doctor, plan.compile_cache))
+    report = spawn_workers(
+        WorkerPayload(program, writer, stop_request, ResultPlaces(results), False, plan.mesh, plan.doctor, plan.compile_cache)
+    )
     flush_output()
     raised = load_exceptions(results)
     for rank in sorted(raised):
@@ -163,7 +166,7 @@ def _run_host(run_dir: Path, writer: LineWriter, namespace: dict[str, Any], prep
     if report.error is not None:
         writer.send(HostEnded("died", f"{report.error} (worker exit codes: {sorted(report.exit_codes.values())})"))
         return 1
-    if plan.run_url is not None and (results / "result-0.index").exists():
+    if plan.run_url is not None and index_file(results, 0).exists():
         destination = f"{plan.run_url.rstrip('/')}/{RESULTS}"
         try:
             _upload(results, destination)
@@ -179,14 +182,21 @@ def _run_host(run_dir: Path, writer: LineWriter, namespace: dict[str, Any], prep
     return 0
 
 
-def _lead_process_group(run_dir: Path) -> None:
+def _lead_process_group(run_dir: Path) -> bool:
     """Lead a process group of this host's processes, so the notebook's Kill ends them all with one signal."""
     try:
         os.setpgid(0, 0)
     except PermissionError:
         pass  # a session leader (ssh started us with exec) leads its group already
-    if os.getpgrp() == os.getpid():
-        (run_dir / GROUP_FILE).write_text(str(os.getpid()))
+    if os.getpgrp() != os.getpid():
+        return False
+    (run_dir / GROUP_FILE).write_text(str(os.getpid()))
+    return True
+
+
+def _end_host() -> None:
+    """The notebook stopped following (its gcloud ended with its kernel): end this host's run, every process of it."""
+    os.killpg(os.getpgrp(), signal.SIGTERM)
 
 
 def _watch_for_stop(path: Path, stop_request: StopRequest) -> None:

@@ -8,8 +8,9 @@ import threading
 
 from tpu_nb.wire.channel import EventSink
 from tpu_nb.wire.events import Output
+from tpu_nb.wire.limits import utf8_pieces
 
-_OUTPUT_CHUNK = 700  # characters: 4 bytes each at most, so an event fits one atomic write
+OUTPUT_CHUNK_BYTES = 2048  # of UTF-8: an event of this much text fits one atomic write, in any script
 
 thread_rank = threading.local()
 """The rank of the device thread printing (TPU v2/v3 run two ranks per process)."""
@@ -47,8 +48,8 @@ class _ChannelStream(io.TextIOBase):
         with self._lock:
             text, self._pending = "".join(self._pending), []
         rank = getattr(thread_rank, "value", None)
-        for start in range(0, len(text), _OUTPUT_CHUNK):
-            self._writer.send(Output(rank, self._stream, text[start : start + _OUTPUT_CHUNK]))
+        for piece in utf8_pieces(text, OUTPUT_CHUNK_BYTES):
+            self._writer.send(Output(rank, self._stream, piece))
 
 
 def capture_output(writer: EventSink) -> None:

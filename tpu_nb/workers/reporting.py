@@ -163,7 +163,7 @@ def compile_totals() -> tuple[int, float]:
 _reporter: WorkerReporter | None = None
 
 
-def install(reporter: WorkerReporter) -> None:
+def install(reporter: WorkerReporter | None) -> None:
     """Set this process's reporter; done once in each worker process, before the user's code."""
     global _reporter
     _reporter = reporter
@@ -199,6 +199,10 @@ def report(
     reporter = _reporter
     if reporter is None:
         return
+    # numpy's and torch's scalars (a step from np.arange, a tensor's count) become plain numbers,
+    # which every path to the notebook can carry.
+    step, max_steps, batch_size = _plain(step, int), _plain(max_steps, int), _plain(batch_size, int)
+    epoch = _plain(epoch, float)
     reporter.step(step)
     stopping = reporter.should_stop(step)
     values = dict(metrics)
@@ -221,6 +225,12 @@ def report(
         xm.add_step_closure(_send_values, args=(reporter, progress, values))
     else:
         _send_values(reporter, progress, values)
+
+
+def _plain(value: Any, kind: type[Any]) -> Any:
+    if value is None:
+        return None
+    return kind(value.item() if hasattr(value, "item") else value)
 
 
 def _send_values(reporter: WorkerReporter, progress: Progress, values: dict[str, Any]) -> None:

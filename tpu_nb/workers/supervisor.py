@@ -66,7 +66,7 @@ def supervise(payload: worker.WorkerPayload, environment: WorkerEnvironment, ker
     warnings.filterwarnings("ignore", message=FORK_WARNING.pattern, category=DeprecationWarning)
     environment.apply()
     report = spawn_workers(payload)
-    save_report(report, payload.run_dir)
+    save_report(report, payload.places.run_dir)
     sys.stdout.flush()
     sys.stderr.flush()
     return 0 if report.error is None else 1

@@ -9,12 +9,11 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 
 from tpu_nb.wire.channel import EventSink
 from tpu_nb.wire.events import WorkerFinished, WorkerRaised, WorkerStarted
 from tpu_nb.wire.mesh import MeshShape
-from tpu_nb.wire.results import ExceptionReport, save_exception, save_result
+from tpu_nb.wire.results import ExceptionReport, ResultPlaces, save_exception, save_result
 from tpu_nb.wire.stop_request import StopRequest
 
 from . import reporting
@@ -32,7 +31,7 @@ class WorkerPayload:
     program: Program
     writer: EventSink
     stop_request: StopRequest
-    run_dir: Path
+    places: ResultPlaces  # the run directory (results, errors, the doctor's logs) and where results may spill over
     all_results: bool
     mesh: MeshShape | None  # set for an SPMD run
     doctor: bool = True  # the XLA doctor: compilation analysis, counters, input waits
@@ -95,8 +94,8 @@ def _run(payload: WorkerPayload, context: WorkerContext, workers: int, device_la
     try:
         result = payload.program.run(context)
     except BaseException as error:  # noqa: BLE001 - everything the user's code raises goes to the kernel
-        report = ExceptionReport(rank, workers, type(error).__name__, str(error), format_user_traceback(error))
-        save_exception(report, payload.run_dir)
+        report = ExceptionReport.of(rank, workers, error, format_user_traceback(error))
+        save_exception(report, payload.places.run_dir)
         flush_output()
         payload.writer.send(WorkerRaised(rank, f"{report.type_name}: {report.message}"[:500]))
         return
@@ -104,7 +103,7 @@ def _run(payload: WorkerPayload, context: WorkerContext, workers: int, device_la
     reporter.final_checkup()
     if rank == 0 or payload.all_results:
         materialise_pending()  # one graph for all pending work, before anything is read back
-        save_result(result, payload.run_dir, rank)
+        save_result(result, payload.places, rank)
     flush_output()
     payload.writer.send(WorkerFinished(rank))
 
@@ -123,7 +122,7 @@ def _start_doctor(payload: WorkerPayload, reporter: reporting.WorkerReporter, co
                 reporter.notice(note)
             cache_on = note is None
         if payload.doctor:
-            analysis = analyse_compilations(payload.run_dir, context.rank)
+            analysis = analyse_compilations(payload.places.run_dir, context.rank)
             reporter.doctor = WorkerDoctor(context.rank, context.device, analysis, cache_on)
 
 

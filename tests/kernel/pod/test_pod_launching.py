@@ -64,7 +64,7 @@ def test_a_local_build_tag_is_the_same_release() -> None:
 def test_results_of_a_run_that_saved_none_say_what_to_check(tmp_path: Path) -> None:
     import tpu_nb
 
-    with pytest.raises(FileNotFoundError, match="holds no results of rank 0 .results/result-0.index.: has the run ended"):
+    with pytest.raises(FileNotFoundError, match="holds no results of rank 0 .results/result-0.json.: has the run ended"):
         tpu_nb.pod.results(tmp_path)
 
 

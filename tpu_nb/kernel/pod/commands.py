@@ -15,6 +15,8 @@ import signal
 import subprocess
 from collections.abc import Sequence
 
+from tpu_nb.wire.limits import cap_text
+
 COMMAND_TIMEOUT = 120.0  # seconds: an ssh to every host of a slice, a kubectl call
 END_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
 
@@ -23,7 +25,7 @@ class CommandFailed(Exception):
     """A command exited with an error; the message has the command and what it said."""
 
     def __init__(self, argv: Sequence[str], code: int | None, output: str) -> None:
-        said = "\n".join(output.strip().splitlines()[-12:])
+        said = cap_text("\n".join(output.strip().splitlines()[-12:]), 4000)
         how = "timed out" if code is None else f"exited with code {code}"
         super().__init__(f"`{shlex.join(argv)}` {how}" + (f":\n{said}" if said else ""))
         self.output = output
@@ -36,7 +38,9 @@ def installed(tool: str) -> bool:
 def run(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT) -> str:
     """Run to the end; its stdout, or `CommandFailed` with its stderr."""
     try:
-        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            list(argv), stdin=subprocess.DEVNULL, capture_output=True, encoding="utf-8", errors="replace", timeout=timeout
+        )
     except subprocess.TimeoutExpired as error:
         raise CommandFailed(argv, None, _text(error.stderr)) from None
     if done.returncode != 0:
@@ -44,14 +48,12 @@ def run(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT) -> str:
     return done.stdout
 
 
-def start(argv: Sequence[str]) -> subprocess.Popen[str]:
-    """Start a long-lived command whose stdout and stderr the caller reads line by line."""
-    return subprocess.Popen(
-        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+def start(argv: Sequence[str]) -> subprocess.Popen[bytes]:
+    """Start a long-lived command whose stdout and stderr the caller reads (as bytes: hosts print anything)."""
+    return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
-def end(process: subprocess.Popen[str]) -> None:
+def end(process: subprocess.Popen[bytes]) -> None:
     """End a started command and everything it started (its session's process group)."""
     for signum in (signal.SIGTERM, signal.SIGKILL):
         try:

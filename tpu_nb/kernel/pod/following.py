@@ -26,7 +26,8 @@ from types import MappingProxyType
 from typing import IO, Literal, Protocol
 
 from tpu_nb.wire.events import Event, Output, Progress, Stopping, WorkerStarted
-from tpu_nb.wire.host_lines import HostEnded, decode
+from tpu_nb.wire.host_lines import MAX_LINE_BYTES, HostEnded, decode
+from tpu_nb.wire.limits import cap_text
 from tpu_nb.wire.results import ExceptionReport, load_result
 
 from .. import output as notebook_output
@@ -42,6 +43,7 @@ POLL_SECONDS = 0.1
 STOP_AHEAD_SECONDS = 10.0  # how far ahead of the last step seen a graceful stop aims: time for the stop to reach every host
 STREAM_END_WAIT = 10.0  # seconds for the backend's stream to end after every host said it ended
 PLAIN_LINES_KEPT = 3  # of the backend's own output, for an error that needs them
+PLAIN_LINE_BYTES = 2000  # of each of them kept (head and tail)
 
 
 class PodBackend(Protocol):
@@ -55,7 +57,7 @@ class PodBackend(Protocol):
         """The command-line tool it drives ("gcloud", "kubectl")."""
         ...
 
-    def start(self, run: RunDirectory) -> subprocess.Popen[str]: ...
+    def start(self, run: RunDirectory) -> subprocess.Popen[bytes]: ...
 
     def stop(self, run: RunDirectory, step: int | None) -> None: ...
 
@@ -67,9 +69,14 @@ class PodBackend(Protocol):
 
 
 class _Lines:
-    """The lines of a started command's stdout and stderr, read by two threads."""
+    """The lines of a started command's stdout and stderr, read by two threads.
 
-    def __init__(self, process: subprocess.Popen[str]) -> None:
+    The hosts may print anything: bytes are decoded with replacement, a line
+    longer than `MAX_LINE_BYTES` comes in pieces, and a reader never stops
+    before its stream ends (a host blocked on a full pipe would never end).
+    """
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
         self._queue: queue.Queue[tuple[str, str]] = queue.Queue()
         self._readers = [
             threading.Thread(target=self._read, args=(pipe, name), daemon=True, name=f"tpu_nb-pod-{name}")
@@ -79,9 +86,12 @@ class _Lines:
         for reader in self._readers:
             reader.start()
 
-    def _read(self, pipe: IO[str], stream: str) -> None:
-        for line in pipe:
-            self._queue.put((stream, line))
+    def _read(self, pipe: IO[bytes], stream: str) -> None:
+        try:
+            while chunk := pipe.readline(MAX_LINE_BYTES):
+                self._queue.put((stream, chunk.decode(errors="replace")))
+        except (OSError, ValueError):
+            pass  # the pipe was closed under us: the run is being ended
 
     def take(self, timeout: float) -> list[tuple[str, str]]:
         """(stream, line) pairs that arrive within `timeout` seconds."""
@@ -120,7 +130,7 @@ class PodRun:
         self.title = title
         self._write = write
         self._observers: list[RunObserver] = [notebook_output.OutputPrinter(all_ranks=False, write=write), *observers]
-        self._process: subprocess.Popen[str] | None = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._lines: _Lines | None = None
         self._started_at = 0.0
         self._hosts_started: set[int] = set()
@@ -259,8 +269,9 @@ class PodRun:
         if decoded.event is None or decoded.host is None:
             # gcloud's or kubectl's own words, or C++ logs of any host: said when the run fails
             # without an explanation from the hosts, shown live only with --all-ranks-output.
-            self._plain_lines.append(line.rstrip("\n"))
-            if self.options.all_ranks_output:
+            # A line that only looks like an event is always shown: it is somebody's output.
+            self._plain_lines.append(cap_text(line.rstrip("\n"), PLAIN_LINE_BYTES))
+            if self.options.all_ranks_output or decoded.malformed:
                 self._deliver(Output(None, stream, line))
             return
         host, event = self._host_of(decoded.origin, decoded.host), decoded.event
@@ -295,10 +306,11 @@ class PodRun:
         claim 0; their train.py processes still tell them apart.
         """
         if origin is None:
-            return claimed
+            return claimed if claimed < self.run.hosts else 0
         if origin not in self._origins:
             taken = set(self._origins.values())
-            self._origins[origin] = claimed if claimed not in taken else min(set(range(len(taken) + 1)) - taken)
+            free = claimed not in taken and claimed < self.run.hosts
+            self._origins[origin] = claimed if free else min(set(range(len(taken) + 1)) - taken)
         return self._origins[origin]
 
     def _deliver(self, event: Event) -> None:

@@ -103,7 +103,7 @@ class GkeSlice:
 
     # Running.
 
-    def start(self, run: RunDirectory) -> subprocess.Popen[str]:
+    def start(self, run: RunDirectory) -> subprocess.Popen[bytes]:
         self.write_manifest(run)
         commands.run(self.apply_command(run))
         try:

@@ -304,6 +304,6 @@ def read_results(run_dir: str) -> PodResult:
     result = load_result(Path(run_dir) / RESULTS, 0)
     if result is None:
         raise FileNotFoundError(
-            f"{run_dir} holds no results of rank 0 ({RESULTS}/result-0.index): has the run ended, and was {RESULTS}/ copied back?"
+            f"{run_dir} holds no results of rank 0 ({RESULTS}/result-0.json): has the run ended, and was {RESULTS}/ copied back?"
         )
     return pod_result(result)

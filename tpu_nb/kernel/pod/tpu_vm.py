@@ -114,7 +114,7 @@ class TpuVmSlice:
 
     # Running.
 
-    def start(self, run: RunDirectory) -> subprocess.Popen[str]:
+    def start(self, run: RunDirectory) -> subprocess.Popen[bytes]:
         commands.run(self.copy_command(run))
         return commands.start(self.start_command(run))
 
