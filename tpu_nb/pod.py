@@ -30,6 +30,7 @@ def launch(
     image: str | None = None,
     run_dir: str = "tpu_nb_pod_runs",
     namespace: str = "default",
+    kill_stale: bool = False,
     returns: tuple[str, ...] = (),
     spmd: bool = False,
     mesh: str | None = None,
@@ -49,6 +50,8 @@ def launch(
     `RunDirectory`), or "auto" (gke with an image, else gcloud). `prepared`:
     run the notebook's `%%tpu_prepare` cells first on every host. An interrupt
     stops every host gracefully at the same step; a second one ends them.
+    A tpu_nb run still running on the slice is refused, naming it and the
+    command that ends it, unless `kill_stale` (then it is ended first).
     Raises `LaunchRefused` (nothing started) with what to fix, or what
     `tpu_nb.launch` raises when the run fails.
     """
@@ -63,16 +66,20 @@ def launch(
     except MeshError as error:
         raise LaunchRefused(f"tpu_nb did not start the pod run:\n- {error}") from None
     options = LaunchOptions(None, timeout, all_ranks_output, progress, False, stop_grace, spmd, mesh_shape, doctor, compile_cache)
-    target = PodTarget(pod, backend, zone, project, accelerator, image, run_dir, namespace)  # type: ignore[arg-type]
+    target = PodTarget(pod, backend, zone, project, accelerator, image, run_dir, namespace, kill_stale)  # type: ignore[arg-type]
     return launch_function(train, target, options, tuple(returns), recorded_cells() if prepared else ())
 
 
-def results(run_dir: str | os.PathLike[str]) -> PodResult:
+def results(run_dir: str | os.PathLike[str], *, weights_only: bool = False) -> PodResult:
     """Rank 0's value and `--return` names from a run directory's `results/` (local, or gs://...).
 
     For runs you start yourself (`--backend export`): copy `results/` back from
     host 0 into the run directory, then `tpu_nb.pod.results(run_dir)`.
+    Module weights load without unpickling; the value and other names are
+    unpickled, which runs code from whoever could write there: from a
+    location others can write, pass `weights_only=True` (they then stand as
+    text saying they were not loaded).
     """
     from tpu_nb.kernel.pod.launching import read_results
 
-    return read_results(os.fspath(run_dir))
+    return read_results(os.fspath(run_dir), weights_only)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
 import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
 from nbclient import NotebookClient
+from nbclient.util import run_sync
 from support.kernel import Kernel, errors_of, shown, text_of
-from support.pods import SimulatedSlice, simulate_slice
+from support.pods import SimulatedSlice, simulate_gke, simulate_slice
 from support.processes import wait_until
 
 PREPARE = """%%tpu_prepare
@@ -69,3 +73,61 @@ def test_an_interrupt_stops_every_host_gracefully_and_the_trained_model_comes_ba
     assert "True" in text_of(check)
     assert any("stop.partial" in " ".join(call) for call in pod.calls())  # the stop reached every host through gcloud
     assert wait_until(lambda: pod.live_processes() == [], 10), pod.live_processes()
+
+
+TRAIN_IN_BACKGROUND = TRAIN_UNTIL_STOPPED.replace(
+    "%%tpu_train --pod my-slice --return model", "%%tpu_train --pod my-slice --background --name job"
+)
+
+
+def reapers() -> list[int]:
+    """Live tpu_nb reaper processes on this machine."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            command = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if b"tpu_nb/kernel/pod/reaper.py" in command and state not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_kernel_killed_during_a_pod_run_ends_it_on_every_host_and_the_next_launch_starts(
+    pod_kernel: Kernel, pod: SimulatedSlice, ip: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pod_kernel.run("%load_ext tpu_nb", allow_errors=False)
+    pod_kernel.run(PREPARE, allow_errors=False)
+    pod_kernel.run(TRAIN_IN_BACKGROUND, allow_errors=False)
+    assert wait_until(lambda: "training" in text_of(pod_kernel.run("print(job.status, len(job.metrics) > 2 and 'training')")), 120)
+    assert len([command for command in pod.live_processes() if "train.py" in command]) >= 2  # every host trains
+    os.kill(pod_kernel.pid, signal.SIGKILL)
+    assert wait_until(lambda: pod.live_processes() == [], 60), pod.live_processes()
+    assert wait_until(lambda: reapers() == [], 30)
+    assert any("kill -TERM" in " ".join(call) for call in pod.calls())  # the reaper's commands reached every host
+    # The slice is free: the next launch (here from another shell) starts, with nothing stale found.
+    monkeypatch.chdir(tmp_path)
+    with capture_output():
+        result = ip.run_cell("%%tpu_train --pod my-slice --no-progress\n'the slice is free'")
+    assert result.success and result.result == "the slice is free", result.error_in_exec
+
+
+def test_a_kernel_restarted_during_a_gke_run_deletes_its_jobset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = simulate_gke(monkeypatch, tmp_path / "cluster", nodes=2)
+    notebook = nbformat.v4.new_notebook()
+    client = NotebookClient(
+        notebook, kernel_name="python3", timeout=120, allow_errors=True, resources={"metadata": {"path": str(tmp_path)}}
+    )
+    with client.setup_kernel(env=dict(os.environ, PJRT_DEVICE="CPU")):
+        kernel = Kernel(client, notebook)
+        kernel.run("%load_ext tpu_nb", allow_errors=False)
+        kernel.run(PREPARE, allow_errors=False)
+        gke = f"--pod tiny --image example.com/xla --accelerator v4-16 --run-dir file://{tmp_path}/bucket --background --name job"
+        kernel.run(TRAIN_IN_BACKGROUND.replace("--pod my-slice --background --name job", gke).replace('os.environ["TPU_WORKER_ID"]', "0"))
+        assert wait_until(lambda: any(name.startswith("jobset-") for name in cluster.objects()), 120), cluster.objects()
+        assert wait_until(lambda: "True" in text_of(kernel.run("print(len(job.metrics) > 2)")), 120)
+        run_sync(client.km.restart_kernel)(now=False)  # what Jupyter's "Restart kernel" does
+        assert wait_until(lambda: cluster.objects() == [], 60), cluster.objects()
+        assert wait_until(lambda: cluster.live_processes() == [], 30), cluster.live_processes()
+        assert wait_until(lambda: reapers() == [], 30)

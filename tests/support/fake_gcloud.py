@@ -7,8 +7,9 @@ What it simulates (configured by environment variables, see `tests/support/pods.
 - `... ssh NAME --worker=all --command=CMD`: CMD run with `bash -c` once per host, each a separate process,
   at the same time, in the host's home directory (FAKE_GCLOUD_ROOT/host-N) with TPU_WORKER_ID=N (unless
   FAKE_GCLOUD_NO_WORKER_ID is set); their
-  output relayed line by line, the exit code the worst of theirs. Like a real ssh session's remote
-  processes, what a host started keeps running if this process is killed;
+  output relayed line by line (after FAKE_GCLOUD_SAYS, if set: what a host's login prints), the exit code
+  the worst of theirs. Like a real ssh session's remote processes, what a host started keeps running if
+  this process is killed, until it writes to its closed output;
 - `... scp [--recurse] SRC DEST --worker=W`: copies between this machine and the hosts' home directories.
 What it does not: networking between hosts (each host's XLA:CPU runtime is a world of its own).
 """
@@ -104,6 +105,8 @@ def _copy(source: str, destination: str) -> None:
 
 
 def _ssh(root: Path, hosts: range | list[int], command: str) -> int:
+    if os.environ.get("FAKE_GCLOUD_SAYS"):
+        print(os.environ["FAKE_GCLOUD_SAYS"], flush=True)
     processes = []
     for host in hosts:
         environment = {**os.environ, "HOME": str(_home(root, host)), "TPU_WORKER_ID": str(host)}
@@ -111,13 +114,13 @@ def _ssh(root: Path, hosts: range | list[int], command: str) -> int:
             del environment["TPU_WORKER_ID"]
         processes.append(
             subprocess.Popen(
-                ["bash", "-c", command], cwd=_home(root, host), env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                ["bash", "-c", command], cwd=_home(root, host), env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE
             )
         )
     relays = [
         threading.Thread(target=_relay, args=(pipe, out))
         for process in processes
-        for pipe, out in ((process.stdout, sys.stdout), (process.stderr, sys.stderr))
+        for pipe, out in ((process.stdout, sys.stdout.buffer), (process.stderr, sys.stderr.buffer))
     ]
     for relay in relays:
         relay.start()
@@ -130,10 +133,18 @@ _relay_lock = threading.Lock()
 
 
 def _relay(pipe: object, out: object) -> None:
+    """Bytes as they come, a line at a time (ssh relays whatever a host prints, UTF-8 or not).
+
+    When nobody reads this process's output any more (its kernel died), it dies as ssh does
+    (SIGPIPE), which closes the hosts' output: their next write fails, as on a real slice.
+    """
     for line in pipe:  # type: ignore[attr-defined]
         with _relay_lock:
-            out.write(line)  # type: ignore[attr-defined]
-            out.flush()  # type: ignore[attr-defined]
+            try:
+                out.write(line)  # type: ignore[attr-defined]
+                out.flush()  # type: ignore[attr-defined]
+            except BrokenPipeError:
+                os._exit(141)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,15 @@
 
 - `auth can-i create ...`: FAKE_KUBECTL_CAN_I (default "yes");
 - `get nodes --selector=...`: FAKE_KUBECTL_NODES TPU nodes;
-- `apply -f FILE`: keeps the manifests; for the JobSet, starts one process per pod (its parallelism):
+- the cluster's objects: a file per object in FAKE_KUBECTL_ROOT/objects (`configmap-NAME`, `jobset-NAME`), made by
+  `apply`, removed by `delete`, listed by `get jobsets --selector=...`;
+- `apply -f FILE`: keeps the manifests, creates the ConfigMap, then (unless FAKE_KUBECTL_APPLY is "fail", which
+  fails there as a rejected JobSet does, or "hang", which waits there forever) the JobSet, whose pods it starts,
+  one process per pod (its parallelism):
   the container's `sh -c` script with /tpu_nb_config and /tpu_nb_run moved under
   FAKE_KUBECTL_ROOT/pod-N, the ConfigMap's archive written there, the container's environment with
   JOB_COMPLETION_INDEX and TPU_WORKER_ID as GKE sets them, and PJRT_DEVICE=CPU (no TPU here);
+- FAKE_KUBECTL_FAIL="VERB NOUN" (e.g. "get nodes"): that command fails, saying so in bytes that are not UTF-8;
 - `get pods --selector=...` (names, or phases with a jsonpath), `logs --follow --selector=...` (every pod's output until they all end),
   `exec POD -- sh -c SCRIPT` (paths moved the same way), `delete jobset|configmap NAME` (ends the pods).
 """
@@ -31,6 +36,9 @@ def main(argv: list[str]) -> int:
     words = [arg for arg in argv if not arg.startswith("--")]
     if "--" in argv:  # exec POD -- command...
         words = [arg for arg in argv[: argv.index("--")] if not arg.startswith("--")]
+    if os.environ.get("FAKE_KUBECTL_FAIL") == " ".join(words[:2]):  # e.g. "get nodes": the cluster cannot be reached
+        sys.stderr.buffer.write(b"Unable to connect to the server: \xff dial tcp: i/o timeout\n")
+        return 1
     if words[:2] == ["auth", "can-i"]:
         print(os.environ.get("FAKE_KUBECTL_CAN_I", "yes"))
         return 0
@@ -40,6 +48,9 @@ def main(argv: list[str]) -> int:
         return 0
     if words[0] == "apply":
         return _apply(root, Path(argv[argv.index("-f") + 1]))
+    if words[:2] == ["get", "jobsets"]:
+        print("\n".join(f"jobset.jobset.x-k8s.io/{path.name.removeprefix('jobset-')}" for path in sorted(_objects(root).glob("jobset-*"))))
+        return 0
     if words[:2] == ["get", "pods"]:
         if "--output=name" in argv:
             print("\n".join(f"pod/{pod.name}" for pod in _pods(root)))
@@ -56,7 +67,9 @@ def main(argv: list[str]) -> int:
     if words[0] == "delete":
         if words[1] == "jobset":
             for pod in _pods(root):
-                _end(pod)
+                if pod.name.startswith(f"{words[2]}-workers-"):
+                    _end(pod)
+        (_objects(root) / f"{words[1]}-{words[2]}").unlink(missing_ok=True)
         print(f"{words[1]} {words[2]} deleted")
         return 0
     print(f"fake kubectl: unsupported command {argv}", file=sys.stderr)
@@ -66,8 +79,17 @@ def main(argv: list[str]) -> int:
 def _apply(root: Path, manifest: Path) -> int:
     objects = list(yaml.safe_load_all(manifest.read_text()))
     (root / "applied.yaml").write_text(manifest.read_text())
-    archive = next(item for item in objects if item["kind"] == "ConfigMap")["binaryData"]["run.tar.gz"]
+    config_map = next(item for item in objects if item["kind"] == "ConfigMap")
+    archive = config_map["binaryData"]["run.tar.gz"]
+    (_objects(root) / f"configmap-{config_map['metadata']['name']}").write_text("")
+    print(f"configmap/{config_map['metadata']['name']} created", flush=True)
     jobset = next(item for item in objects if item["kind"] == "JobSet")
+    if os.environ.get("FAKE_KUBECTL_APPLY") == "fail":
+        print(f'Error from server: error when creating "{manifest}": admission webhook denied the request', file=sys.stderr)
+        return 1
+    if os.environ.get("FAKE_KUBECTL_APPLY") == "hang":
+        time.sleep(3600)
+    (_objects(root) / f"jobset-{jobset['metadata']['name']}").write_text("")
     job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
     container = job["template"]["spec"]["containers"][0]
     for index in range(job["parallelism"]):
@@ -88,8 +110,14 @@ def _apply(root: Path, manifest: Path) -> int:
             )
         (pod / "pid").write_text(str(process.pid))
         print(f"pod/{pod.name} started")
-    print(f"configmap/{jobset['metadata']['name']}-run created\njobset.jobset.x-k8s.io/{jobset['metadata']['name']} created")
+    print(f"jobset.jobset.x-k8s.io/{jobset['metadata']['name']} created")
     return 0
+
+
+def _objects(root: Path) -> Path:
+    objects = root / "objects"
+    objects.mkdir(exist_ok=True)
+    return objects
 
 
 def _moved(script: str, pod: Path) -> str:
@@ -127,8 +155,8 @@ def _follow(root: Path) -> int:
                 data = log.read()
             complete = data[: data.rfind(b"\n") + 1]  # whole lines only: a line is never split between two pods
             offsets[pod] = offsets.get(pod, 0) + len(complete)
-            sys.stdout.write(complete.decode(errors="replace"))
-            sys.stdout.flush()
+            sys.stdout.buffer.write(complete)  # bytes as the pods wrote them, like kubectl logs
+            sys.stdout.buffer.flush()
         if not running:
             return 0
         time.sleep(0.1)

@@ -82,6 +82,11 @@ class SimulatedCluster:
     def live_processes(self) -> list[str]:
         return SimulatedSlice(self.root, "", 0).live_processes()
 
+    def objects(self) -> list[str]:
+        """What is in the cluster: "configmap-NAME", "jobset-NAME"."""
+        objects = self.root / "objects"
+        return sorted(path.name for path in objects.iterdir()) if objects.exists() else []
+
 
 def simulate_gke(monkeypatch: pytest.MonkeyPatch, root: Path, nodes: int) -> SimulatedCluster:
     """Put the fake kubectl first on PATH, with a cluster of `nodes` TPU nodes."""

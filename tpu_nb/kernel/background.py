@@ -75,7 +75,11 @@ def follow_in_background(make_run: Callable[[list[RunObserver], Write], Followed
     write = write_to_sys if buttons is None else buttons.write
     metrics = MetricsLog()
     handle = BackgroundRun(make_run([metrics], write), metrics, name, finish, write)
-    handle.run.start()
+    try:
+        handle.run.start()
+    except BaseException:
+        handle.run.close()  # what the start did make (a pod run's reaper) goes with it
+        raise
     if buttons is not None:
         buttons.show(handle.stop, handle.kill)
     handle.follow(on_end=None if buttons is None else buttons.disable)

@@ -110,6 +110,11 @@ class TpuMagics(Magics):
         help=f"With --pod: where each run's directory is written: a local directory (default {DEFAULT_RUNS_DIR}) or gs://BUCKET/PATH.",
     )
     @argument("--namespace", default="default", help="With --pod on GKE: the Kubernetes namespace.")
+    @argument(
+        "--pod-kill-stale",
+        action="store_true",
+        help="With --pod: end a tpu_nb run still running on the slice (left by a kernel that died) instead of refusing to start.",
+    )
     @argument("--background", action="store_true", help="Return at once with a run handle; the notebook stays free while it trains.")
     @argument("--name", default="run", metavar="NAME", help="With --background: bind the run's handle to NAME (default: run).")
     @cell_magic
@@ -191,7 +196,9 @@ class TpuMagics(Magics):
         program = pod_program(
             self.prepared, name, line, cell, tuple(args.return_names), options.spmd, options.mesh, options.doctor, options.compile_cache
         )
-        target = PodTarget(args.pod, args.backend, args.zone, args.project, args.accelerator, args.image, args.run_dir, args.namespace)
+        target = PodTarget(
+            args.pod, args.backend, args.zone, args.project, args.accelerator, args.image, args.run_dir, args.namespace, args.pod_kill_stale
+        )
         if args.background:
             handle = start_pod_in_background(
                 program, target, options, args.name, self._finish_in_background(program.return_names, args.name)

@@ -9,6 +9,8 @@ host, and that nothing is left running.
 from __future__ import annotations
 
 import shlex
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from support.processes import wait_until
 
 from tpu_nb.kernel.errors import LaunchRefused, TrainingInterrupted, WorkerError
 from tpu_nb.kernel.options import LaunchOptions
+from tpu_nb.kernel.output import Write
 from tpu_nb.kernel.pod.following import PodRun
 from tpu_nb.kernel.pod.program import PodProgram, write_run_directory
 from tpu_nb.kernel.pod.tpu_vm import TpuVmSlice
@@ -104,12 +107,14 @@ class Events:
         return [event for event in self.events if isinstance(event, kind)]
 
 
-def start_run(pod: SimulatedSlice, tmp_path: Path, train: str, events: Events, python: str = "python3") -> PodRun:
+def start_run(
+    pod: SimulatedSlice, tmp_path: Path, train: str, events: Events, python: str = "python3", write: Write = lambda stream, text: None
+) -> PodRun:
     program = PodProgram((Cell("In [1]", "%%tpu_prepare", PREPARE),), Cell("In [2]", "%%tpu_train --pod my-slice", train), ("model",))
     vm = TpuVmSlice(pod.name, python=python)
     run_dir = write_run_directory(program, tmp_path / "runs" / "run-1", "run-1", hosts=2, devices=8)
     TpuVmSlice(pod.name).host_versions()  # makes ~/tpu_nb_runs on each host, as the preflight does
-    run = PodRun(vm, run_dir, LaunchOptions(progress=False, stop_grace=5.0), "test", write=lambda stream, text: None, observers=[events])
+    run = PodRun(vm, run_dir, LaunchOptions(progress=False, stop_grace=5.0), "test", write=write, observers=[events])
     run.start()
     return run
 
@@ -266,3 +271,119 @@ def test_a_slice_that_is_not_ready_or_not_whole_is_refused(
     result, _ = run_cell(ip, "%%tpu_train --pod my-slice --spmd --mesh fsdp=4 --no-progress\n1")
     assert "--mesh fsdp=4 covers 4 devices, but a v4-16 has 8." in str(result.error_in_exec)
     assert not any("scp" in call for call in pod.calls())  # nothing was copied anywhere
+
+
+MESSY = r"""
+import os, sys
+import numpy as np
+os.write(1, b"\xff\xfe not UTF-8 from a subprocess\n")
+os.write(1, b'@tpu_nb {"host":Infinity,"origin":"","type":"Output","fields":{}}\n')
+os.write(1, b'@tpu_nb {"host":0,"origin":"x","type":"Heartbeat","fields":{"rank":0,"step":1,"phase":"train","compile_count":1,"compile_seconds":0.5,"causes":[],"memory":[1],"cache":null}}\n')
+print("训练损失下降 " * 3000)
+sys.stdout.flush()
+os.write(1, b"x" * 20_000_000 + b" the end of a 20 MB line\n")
+for step in range(3):
+    report(step=np.int64(step), loss=np.float32(0.5), max_steps=np.int32(3))
+"done"
+"""
+
+
+def test_hosts_that_print_anything_cannot_break_the_run(pod: SimulatedSlice, tmp_path: Path) -> None:
+    events = Events()
+    shown: list[str] = []
+    run = start_run(pod, tmp_path, MESSY, events, write=lambda stream, text: shown.append(text))  # what the cell shows
+    try:
+        follow(run)
+        ending = run.finish()
+    finally:
+        run.close()
+    assert ending.status == "done", ending.text
+    assert ending.results[0].value == "done"
+    text = "".join(shown)
+    assert "训练损失下降 " * 3000 in text  # rank 0's print, whole, put together from its pieces
+    assert '@tpu_nb {"host":Infinity' in text and '"memory":[1]' in text  # lines that only look like events are shown as they are
+    assert "\xff" not in text and "not UTF-8 from a subprocess" not in text  # the host's raw output stays in the backend's lines
+    assert [event.step for event in events.of(Progress) if event.step is not None][-1] == 2
+    assert wait_until(lambda: pod.live_processes() == [], 10), pod.live_processes()
+
+
+def test_a_run_still_running_on_the_slice_is_refused_with_its_command_or_ended_on_request(
+    ip: InteractiveShell, pod: SimulatedSlice
+) -> None:
+    stale = pod.home(1) / "tpu_nb_runs" / "my-slice-1201-101010"
+    stale.mkdir(parents=True)
+    left = subprocess.Popen(["sleep", "600"], cwd=stale, start_new_session=True)  # a host's train.py, its kernel gone
+    (stale / "host.pgid").write_text(str(left.pid))
+    try:
+        result, _ = run_cell(ip, "%%tpu_train --pod my-slice --no-progress\n1")
+        message = str(result.error_in_exec)
+        assert isinstance(result.error_in_exec, LaunchRefused)
+        assert "a tpu_nb run is still running on my-slice: my-slice-1201-101010" in message
+        assert "gcloud compute tpus tpu-vm ssh my-slice --worker=all '--command=cd tpu_nb_runs/my-slice-1201-101010" in message
+        assert "--pod-kill-stale" in message and left.poll() is None
+        assert not any("scp" in call for call in pod.calls())  # nothing was copied
+        result, captured = run_cell(ip, "%%tpu_train --pod my-slice --no-progress --pod-kill-stale\n1 + 1")
+        assert result.success and result.result == 2, result.error_in_exec
+        assert "ended the run my-slice-1201-101010 that was still running on my-slice (--pod-kill-stale)" in captured.stderr
+        assert wait_until(lambda: left.poll() is not None, 10)
+    finally:
+        left.kill()
+        left.wait()
+
+
+@pytest.mark.parametrize("name", ["x;id>pwned;", "../outside", "a/b", "My-Slice", "-dash", "x" * 64, "ends-"])
+@pytest.mark.parametrize("backend", ["gcloud", "export", "gke"])
+def test_a_hostile_or_bad_pod_name_is_refused_before_anything_is_written(
+    ip: InteractiveShell, pod: SimulatedSlice, tmp_path: Path, name: str, backend: str
+) -> None:
+    extra = " --image example.com/xla --accelerator v4-16 --run-dir gs://bucket/runs" if backend == "gke" else ""
+    result, _ = run_cell(ip, f"%%tpu_train --pod={shlex.quote(name)} --backend {backend}{extra} --no-progress\n1")
+    assert isinstance(result.error_in_exec, LaunchRefused), result.error_in_exec
+    assert "a TPU VM's name is 1 to 63 lower-case letters, digits and '-'" in str(result.error_in_exec)
+    assert not (tmp_path / "tpu_nb_pod_runs").exists() and not (tmp_path / "pwned").exists()
+    assert pod.calls() == []  # not even a check ran
+
+
+def test_run_directories_are_private_here_and_on_the_hosts(ip: InteractiveShell, pod: SimulatedSlice, tmp_path: Path) -> None:
+    result, _ = run_cell(ip, "%%tpu_prepare\nTOKEN = 'hf_secret'")
+    result, _ = run_cell(ip, "%%tpu_train --pod my-slice --no-progress\nlen(TOKEN)")
+    assert result.success and result.result == 9, result.error_in_exec
+    [run_dir] = (tmp_path / "tpu_nb_pod_runs").iterdir()
+    for path in (tmp_path / "tpu_nb_pod_runs", run_dir, run_dir / "tpu_nb"):
+        assert path.stat().st_mode & 0o777 == 0o700, path
+    for path in (run_dir / "train.py", run_dir / "manifest.json", run_dir / "tpu_nb" / "__init__.py"):
+        assert path.stat().st_mode & 0o777 == 0o600, path
+    for host in range(pod.hosts):
+        assert (pod.home(host) / "tpu_nb_runs").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_gs_run_leaves_no_local_copy(ip: InteractiveShell, pod: SimulatedSlice, tmp_path: Path) -> None:
+    before = set(Path(tempfile.gettempdir()).glob("tpu_nb-pod-*"))
+    result, _ = run_cell(ip, f"%%tpu_train --pod my-slice --run-dir file://{tmp_path}/bucket --no-progress\n'from the bucket'")
+    assert result.success and result.result == "from the bucket", result.error_in_exec
+    assert set(Path(tempfile.gettempdir()).glob("tpu_nb-pod-*")) == before
+    assert not (tmp_path / "tpu_nb_pod_runs").exists()
+    [copied] = (tmp_path / "bucket").iterdir()
+    assert (copied / "train.py").exists() and (copied / "results" / "result-0.json").exists()
+
+
+def test_a_host_that_answers_the_checks_with_garbage_is_refused_in_one_message(
+    ip: InteractiveShell, pod: SimulatedSlice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_GCLOUD_SAYS", '@tpu_nb-versions {"host": "w-0", "torch": ')  # cut short on the way
+    result, _ = run_cell(ip, "%%tpu_train --pod my-slice --no-progress\n1")
+    assert isinstance(result.error_in_exec, LaunchRefused), result.error_in_exec
+    assert "checking the slice failed: Expecting value" in str(result.error_in_exec)
+
+
+def test_a_host_that_dies_after_a_20_mb_line_fails_the_run_with_a_short_message(pod: SimulatedSlice, tmp_path: Path) -> None:
+    dying = 'import os, signal\nos.write(2, b"y" * 20_000_000 + b" last words\\n")\nos.kill(os.getppid(), signal.SIGKILL)  # the host\'s train.py'
+    run = start_run(pod, tmp_path, dying, Events())
+    try:
+        follow(run)
+        ending = run.finish()
+    finally:
+        run.close()
+    assert ending.status == "failed" and ending.text is not None
+    assert "ended without a word" in ending.text and "bytes skipped" in ending.text and "last words" in ending.text
+    assert len(ending.text) < 10_000

@@ -6,6 +6,8 @@ same fsspec calls; gcsfs is what a real bucket needs).
 
 from __future__ import annotations
 
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from IPython.utils.capture import capture_output
 from support.pods import SimulatedCluster, simulate_gke
 from support.processes import wait_until
 
-from tpu_nb.kernel.errors import LaunchRefused
+from tpu_nb.kernel.errors import LaunchRefused, TrainingInterrupted
 
 PREPARE = """%%tpu_prepare
 import torch
@@ -63,10 +65,11 @@ def test_a_gke_run_applies_a_jobset_follows_its_pods_fetches_the_results_and_del
     job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
     assert job["parallelism"] == 2  # a v4-16 is 2 hosts of 4 chips
     assert [results.name for results in (bucket / name / "results").iterdir()]  # host 0 saved them at the run's location
-    verbs = [call[0] for call in cluster.calls()]
-    assert verbs[:3] == ["auth", "get", "apply"] and "logs" in verbs
-    assert any(call[:3] == ["delete", "jobset", name] for call in cluster.calls())  # nothing left in the cluster
+    verbs = [call[:2] for call in cluster.calls()]
+    assert verbs[:4] == [["auth", "can-i"], ["get", "nodes"], ["get", "jobsets"], ["apply", "-f"]] and ["logs", "--follow"] in verbs
+    assert any(call[:3] == ["delete", "jobset", name] for call in cluster.calls())
     assert any(call[:3] == ["delete", "configmap", f"{name}-run"] for call in cluster.calls())
+    assert cluster.objects() == []  # nothing left in the cluster
     assert wait_until(lambda: cluster.live_processes() == [], 10)
 
 
@@ -158,5 +161,72 @@ def test_refused_without_an_image_an_accelerator_or_a_cluster_that_allows_jobset
     assert "kubectl may not create JobSets in namespace default (it said 'no')" in str(result.error_in_exec)
     with capture_output():
         result = ip.run_cell(f"%%tpu_train --pod Bad_Name --image example.com/xla --accelerator v4-16 --run-dir file://{tmp_path}/b\n1")
-    assert "--pod Bad_Name: 'Bad_Name' cannot name a JobSet" in str(result.error_in_exec)
+    assert "--pod 'Bad_Name': a TPU VM's name is 1 to 63 lower-case letters, digits and '-'" in str(result.error_in_exec)
+    long_name = "a" * 45  # a TPU VM's name, too long for a JobSet's pods
+    with capture_output():
+        result = ip.run_cell(f"%%tpu_train --pod {long_name} --image example.com/xla --accelerator v4-16 --run-dir file://{tmp_path}/b\n1")
+    assert f"--pod {long_name}: '{long_name}' cannot name a JobSet" in str(result.error_in_exec)
     assert not any(call[0] == "apply" for call in cluster.calls())
+
+
+GKE_RUN = "%%tpu_train --pod tiny --image example.com/xla --accelerator v4-16 --run-dir file://{bucket} --no-progress\n1"
+
+
+def test_an_apply_that_fails_half_way_leaves_nothing_in_the_cluster(
+    ip: InteractiveShell, cluster: SimulatedCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("FAKE_KUBECTL_APPLY", "fail")  # the ConfigMap is created, the JobSet refused
+    with capture_output():
+        result = ip.run_cell(GKE_RUN.format(bucket=tmp_path / "b"))
+    assert isinstance(result.error_in_exec, LaunchRefused)
+    assert "admission webhook denied the request" in str(result.error_in_exec)  # kubectl's own words
+    assert any(call[:2] == ["delete", "configmap"] for call in cluster.calls())
+    assert cluster.objects() == []
+
+
+def test_an_apply_that_is_interrupted_leaves_nothing_in_the_cluster(
+    ip: InteractiveShell, cluster: SimulatedCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("FAKE_KUBECTL_APPLY", "hang")  # the ConfigMap is created, then kubectl hangs
+    interrupt_when_applying = threading.Thread(
+        target=lambda: wait_until(lambda: cluster.objects() != [], 60) and signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    )
+    interrupt_when_applying.start()
+    with capture_output():
+        result = ip.run_cell(GKE_RUN.format(bucket=tmp_path / "b"))
+    interrupt_when_applying.join()
+    assert isinstance(result.error_in_exec, TrainingInterrupted), result.error_in_exec
+    assert "nothing it had created is left" in str(result.error_in_exec)
+    assert cluster.objects() == []
+    assert wait_until(lambda: cluster.live_processes() == [], 10)
+
+
+def test_a_run_left_in_the_cluster_is_named_with_its_commands_or_ended_on_request(
+    ip: InteractiveShell, cluster: SimulatedCluster, tmp_path: Path
+) -> None:
+    (cluster.root / "objects").mkdir(exist_ok=True)
+    (cluster.root / "objects" / "jobset-tiny-1201-101010").write_text("")  # left by a kernel that was SIGKILLed
+    with capture_output():
+        result = ip.run_cell(GKE_RUN.format(bucket=tmp_path / "b"))
+    message = str(result.error_in_exec)
+    assert isinstance(result.error_in_exec, LaunchRefused)
+    assert "a tpu_nb run is still running on tiny: tiny-1201-101010" in message
+    assert "kubectl --namespace=default delete jobset tiny-1201-101010 --ignore-not-found --wait=false" in message
+    assert "--pod-kill-stale" in message
+    assert not any(call[0] == "apply" for call in cluster.calls())
+    with capture_output() as captured:
+        result = ip.run_cell(GKE_RUN.format(bucket=tmp_path / "b").replace("--no-progress", "--no-progress --pod-kill-stale"))
+    assert result.success, result.error_in_exec
+    assert "tpu_nb: ended the run tiny-1201-101010 that was still running on tiny (--pod-kill-stale)." in captured.stderr
+    assert cluster.objects() == []
+
+
+def test_kubectl_that_fails_in_the_checks_is_refused_in_its_own_words(
+    ip: InteractiveShell, cluster: SimulatedCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("FAKE_KUBECTL_FAIL", "get nodes")
+    with capture_output():
+        result = ip.run_cell(GKE_RUN.format(bucket=tmp_path / "b"))
+    assert isinstance(result.error_in_exec, LaunchRefused)
+    assert "checking the slice failed: `kubectl --namespace=default get nodes" in str(result.error_in_exec)
+    assert "Unable to connect to the server: \ufffd" in str(result.error_in_exec)  # its words, even not in UTF-8

@@ -48,6 +48,18 @@ def run(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT) -> str:
     return done.stdout
 
 
+def run_despite_interrupts(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT) -> str:
+    """`run`, to its end even if the user interrupts meanwhile: for what must not stay half done (deleting cluster objects).
+
+    An interrupt kills the command (subprocess does), so it starts again: such commands do nothing twice.
+    """
+    while True:
+        try:
+            return run(argv, timeout)
+        except KeyboardInterrupt:
+            continue
+
+
 def start(argv: Sequence[str]) -> subprocess.Popen[bytes]:
     """Start a long-lived command whose stdout and stderr the caller reads (as bytes: hosts print anything)."""
     return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)

@@ -37,7 +37,8 @@ from ..options import LaunchOptions
 from ..progress.display import ProgressDisplay, make_display
 from ..runs import RunObserver
 from . import commands
-from .program import RunDirectory
+from .program import RunDirectory, remove_staging
+from .reaper import Reaper
 
 POLL_SECONDS = 0.1
 STOP_AHEAD_SECONDS = 10.0  # how far ahead of the last step seen a graceful stop aims: time for the stop to reach every host
@@ -62,6 +63,14 @@ class PodBackend(Protocol):
     def stop(self, run: RunDirectory, step: int | None) -> None: ...
 
     def kill(self, run: RunDirectory) -> None: ...
+
+    def end(self, run_name: str) -> None:
+        """End run `run_name` everywhere (on every host, in the cluster): this one, or one a dead kernel left."""
+        ...
+
+    def end_commands(self, run_name: str) -> list[list[str]]:
+        """The commands `end` runs (for the reaper, and for the user to run)."""
+        ...
 
     def fetch_results(self, run: RunDirectory, into: Path) -> Path: ...
 
@@ -131,6 +140,7 @@ class PodRun:
         self._write = write
         self._observers: list[RunObserver] = [notebook_output.OutputPrinter(all_ranks=False, write=write), *observers]
         self._process: subprocess.Popen[bytes] | None = None
+        self._reaper: Reaper | None = None
         self._lines: _Lines | None = None
         self._started_at = 0.0
         self._hosts_started: set[int] = set()
@@ -152,7 +162,10 @@ class PodRun:
         if self.options.progress:
             self._display = make_display(self.title, self.runtime_label, self.run.hosts, worker_noun="host")
             self._observers.append(self._display)
+        # First: if the kernel dies from here on, the reaper ends the run everywhere.
+        self._reaper = Reaper.start(self.backend.end_commands(self.run.name))
         self._process = self.backend.start(self.run)
+        self._reaper.watch_group(self._process.pid)
         self._lines = _Lines(self._process)
         self._started_at = time.monotonic()
 
@@ -245,6 +258,9 @@ class PodRun:
                 self.backend.clean_up(self.run)
             except commands.CommandFailed as error:
                 self._write("stderr", f"tpu_nb: could not clean up after the run ({error}).\n")
+        if self._reaper is not None:
+            self._reaper.release()
+        remove_staging(self.run)
 
     def _end_everywhere(self) -> None:
         """End the run on every host, then the local stream; even if the user keeps pressing interrupt."""

@@ -8,13 +8,14 @@ drive this with a fake `kubectl`.
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import commands
-from .jobset import RUN_DIR, JobSetSpec, manifests, pod_selector, to_yaml
+from .jobset import RUN_DIR, JobSetSpec, managed_selector, manifests, pod_selector, to_yaml
 from .program import TRAIN_SCRIPT, RunDirectory, archive, download_results
 from .slices import SliceError, TpuSlice
 
@@ -67,11 +68,17 @@ class GkeSlice:
             "logs", "--follow", f"--selector={pod_selector(run.name)}", "--all-containers", "--tail=-1", f"--max-log-requests={run.hosts}"
         )
 
-    def delete_commands(self, run: RunDirectory) -> list[list[str]]:
+    def end_commands(self, run_name: str) -> list[list[str]]:
+        """What deletes everything run `run_name` created in the cluster (its JobSet, which ends its pods, and its ConfigMap)."""
         return [
-            self.kubectl("delete", "jobset", run.name, "--ignore-not-found", "--wait=false"),
-            self.kubectl("delete", "configmap", f"{run.name}-run", "--ignore-not-found", "--wait=false"),
+            self.kubectl("delete", "jobset", run_name, "--ignore-not-found", "--wait=false"),
+            self.kubectl("delete", "configmap", f"{run_name}-run", "--ignore-not-found", "--wait=false"),
         ]
+
+    def stale_runs(self) -> list[str]:
+        """tpu_nb's JobSets still in the namespace: runs of a kernel that is gone, or of another notebook."""
+        found = commands.run(self.kubectl("get", "jobsets", f"--selector={managed_selector()}", "--output=name"))
+        return sorted(name.rsplit("/", 1)[-1] for name in found.split())
 
     # Preflight.
 
@@ -105,8 +112,8 @@ class GkeSlice:
 
     def start(self, run: RunDirectory) -> subprocess.Popen[bytes]:
         self.write_manifest(run)
-        commands.run(self.apply_command(run))
         try:
+            commands.run(self.apply_command(run))
             # `kubectl logs --follow` gives up on a pod still pulling its image or waiting for
             # TPU nodes: follow once every pod has left Pending.
             deadline = time.monotonic() + PODS_TIMEOUT
@@ -118,8 +125,16 @@ class GkeSlice:
                     )
                 time.sleep(2)
             return commands.start(self.logs_command(run))
-        except BaseException:
-            self.kill(run)  # an interrupt or a timeout while waiting leaves nothing in the cluster
+        except BaseException as error:
+            # An apply that failed half-way, timed out or was interrupted may have created
+            # the ConfigMap, or a JobSet holding TPUs: nothing stays in the cluster.
+            try:
+                self.kill(run)
+            except commands.CommandFailed as failed:
+                raise SliceError(
+                    f"the run did not start ({error}), and deleting what it created failed too ({failed}): delete it yourself: "
+                    + "; ".join(shlex.join(command) for command in self.end_commands(run.name))
+                ) from None
             raise
 
     def _all_started(self, run: RunDirectory) -> bool:
@@ -137,8 +152,12 @@ class GkeSlice:
             commands.run(self.kubectl("exec", pod, "--", "sh", "-c", write))
 
     def kill(self, run: RunDirectory) -> None:
-        for command in self.delete_commands(run):
-            commands.run(command)
+        self.end(run.name)
+
+    def end(self, run_name: str) -> None:
+        """Delete run `run_name` from the cluster, even if the user interrupts meanwhile."""
+        for command in self.end_commands(run_name):
+            commands.run_despite_interrupts(command)
 
     def fetch_results(self, run: RunDirectory, into: Path) -> Path:
         """Copy the results host 0 saved at the run's gs:// location into `into`."""

@@ -136,6 +136,11 @@ def to_yaml(objects: list[dict[str, Any]]) -> str:
     return text
 
 
+def managed_selector() -> str:
+    """The label selector of everything tpu_nb creates in a cluster."""
+    return ",".join(f"{key}={value}" for key, value in _MANAGED_BY.items())
+
+
 def pod_selector(name: str) -> str:
     """The label selector of the JobSet `name`'s pods (for `kubectl logs -l` and `kubectl get pods -l`)."""
     return f"jobset.sigs.k8s.io/jobset-name={validate_name(name)}"

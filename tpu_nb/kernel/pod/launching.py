@@ -23,7 +23,7 @@ from tpu_nb.workers.host import MATCHED_PACKAGES, RESULTS, Cell, same_release
 
 from ..background import BackgroundRun, Finish, follow_in_background
 from ..endings import Ending
-from ..errors import LaunchRefused
+from ..errors import LaunchRefused, TrainingInterrupted
 from ..options import LaunchOptions
 from ..output import Write, write_to_sys
 from ..runs import RunObserver, run_in_foreground
@@ -31,9 +31,9 @@ from . import commands
 from .following import PodBackend, PodRun
 from .gke import GkeSlice
 from .jobset import validate_name
-from .program import PodProgram, RunDirectory, download_results, notebook_packages, upload, write_run_directory
-from .slices import SliceError, TpuSlice, parse_slice
-from .tpu_vm import REMOTE_RUNS, HostVersions, TpuVmSlice
+from .program import PodProgram, RunDirectory, download_results, notebook_packages, remove_staging, upload, write_run_directory
+from .slices import SliceError, TpuSlice, check_pod_name, parse_slice
+from .tpu_vm import HostVersions, TpuVmSlice
 
 Backend = Literal["auto", "gcloud", "gke", "export"]
 BACKENDS: tuple[Backend, ...] = ("auto", "gcloud", "gke", "export")
@@ -53,6 +53,7 @@ class PodTarget:
     image: str | None = None  # GKE: the container image with torch, torch_xla and the cells' libraries
     run_dir: str = DEFAULT_RUNS_DIR  # a local directory, or gs://bucket/path: where each run's directory goes
     namespace: str = "default"  # GKE
+    kill_stale: bool = False  # end a tpu_nb run still running on the slice (left by a kernel that died) instead of refusing
 
 
 def launch_pod(
@@ -66,6 +67,9 @@ def launch_pod(
         return run_in_foreground(PodRun(backend, run, options, title, write, runtime_label=label))
     except (commands.CommandFailed, SliceError) as error:
         raise LaunchRefused(f"tpu_nb could not start the pod run:\n- {error}") from None
+    except KeyboardInterrupt:
+        # Only the start lets an interrupt through (a started run stops gracefully); the backend undid what it made.
+        raise TrainingInterrupted("interrupted while the pod run was starting: nothing it had created is left.") from None
 
 
 def start_pod_in_background(
@@ -95,14 +99,18 @@ def _checked_run(
     tpu, backend = None, None
     if not problems:
         try:
-            tpu, backend = _preflight(target, backend_name)
+            tpu, backend, stale = _preflight(target, backend_name)
+            problems += _stale_problems(backend, stale, target, write)
         except SliceError as error:
             problems.append(str(error))
+        except (commands.CommandFailed, ValueError, KeyError, TypeError) as error:
+            # A cloud tool that failed, or answered what tpu_nb cannot read: its own words.
+            problems.append(f"checking the slice failed: {error}")
     if tpu is not None and program.mesh is not None and program.mesh.devices != tpu.chips:
         problems.append(f"--mesh {program.mesh} covers {program.mesh.devices} devices, but a {tpu.accelerator_type} has {tpu.chips}.")
     if problems:
         raise LaunchRefused("tpu_nb did not start the pod run:\n" + "\n".join(f"- {problem}" for problem in problems))
-    run = _write_run(program, target, tpu)
+    run = _write_run(program, target, tpu, exported=backend is None)
     if backend is None:
         _print_export(run, target, tpu, write)
         return run, None, ""
@@ -132,6 +140,7 @@ def _option_problems(options: LaunchOptions, program: PodProgram, target: PodTar
         problems.append("all_results=True: a pod run returns rank 0's result; leave all_results out.")
     if target.backend not in BACKENDS:
         problems.append(f"--backend {target.backend}: choose one of {', '.join(BACKENDS)}.")
+
     if backend == "gke":
         if target.image is None:
             problems.append(
@@ -144,34 +153,53 @@ def _option_problems(options: LaunchOptions, program: PodProgram, target: PodTar
                 "--backend gke needs --run-dir gs://BUCKET/PATH: the pods save the results there (with gcsfs in the image) "
                 "for the notebook to fetch once they are gone."
             )
-    if backend == "gke" or (backend == "export" and target.image is not None):
-        try:
+    try:
+        # Before anything is written: the name becomes a directory, a remote path, a JobSet's name.
+        check_pod_name(target.name)
+        if backend == "gke" or (backend == "export" and target.image is not None):
             validate_name(target.name)
-        except SliceError as error:
-            problems.append(f"--pod {target.name}: {error}")
+    except SliceError as error:
+        problems.append(str(error) if str(error).startswith("--pod") else f"--pod {target.name}: {error}")
     return problems
 
 
-def _preflight(target: PodTarget, backend: str) -> tuple[TpuSlice | None, PodBackend | None]:
-    """The slice and a backend that reaches it, checked; `SliceError` with the fix otherwise."""
+def _preflight(target: PodTarget, backend: str) -> tuple[TpuSlice | None, PodBackend | None, list[str]]:
+    """The slice, a backend that reaches it, and tpu_nb runs still running there; `SliceError` with the fix otherwise."""
     if backend == "export":
-        return (None if target.accelerator is None else parse_slice(target.accelerator)), None
+        return (None if target.accelerator is None else parse_slice(target.accelerator)), None, []
     if backend == "gke":
         assert target.accelerator is not None and target.image is not None
         gke = GkeSlice(parse_slice(target.accelerator), target.image, target.namespace)
         if not commands.installed("kubectl"):
             raise SliceError("kubectl is not installed here: install it (gcloud components install kubectl), or use --backend export.")
         gke.check()
-        return gke.tpu, gke
+        return gke.tpu, gke, gke.stale_runs()
     if not commands.installed("gcloud"):
         raise SliceError("gcloud is not installed here: install the Google Cloud CLI, or use --backend export.")
     _check_gcloud_account()
     vm = TpuVmSlice(target.name, target.zone, target.project)
     tpu = vm.describe()
-    problems = version_problems(notebook_packages(), vm.host_versions(), tpu.hosts)
+    hosts = vm.host_versions()
+    problems = version_problems(notebook_packages(), hosts, tpu.hosts)
     if problems:
         raise SliceError("\n- ".join(problems))
-    return tpu, vm
+    return tpu, vm, sorted({run for host in hosts for run in host.running})
+
+
+def _stale_problems(backend: PodBackend | None, stale: list[str], target: PodTarget, write: Write) -> list[str]:
+    """A run still running where this one would go: refused with the commands that end it, or ended (--pod-kill-stale)."""
+    if backend is None or not stale:
+        return []
+    if target.kill_stale:
+        for run_name in stale:
+            backend.end(run_name)
+            write("stderr", f"tpu_nb: ended the run {run_name} that was still running on {target.name} (--pod-kill-stale).\n")
+        return []
+    ending = "; ".join(_shell(command) for run_name in stale for command in backend.end_commands(run_name))
+    return [
+        f"a tpu_nb run is still running on {target.name}: {', '.join(stale)} (its kernel died, or another notebook runs it). "
+        f"End it first: {ending}\n  or add --pod-kill-stale to end it and start this run."
+    ]
 
 
 def _check_gcloud_account() -> None:
@@ -212,16 +240,30 @@ def version_problems(notebook: dict[str, str | None], hosts: list[HostVersions],
     return problems
 
 
-def _write_run(program: PodProgram, target: PodTarget, tpu: TpuSlice | None) -> RunDirectory:
+def _write_run(program: PodProgram, target: PodTarget, tpu: TpuSlice | None, exported: bool) -> RunDirectory:
+    """The run directory, written locally (private), and copied to the run's gs:// location when it has one.
+
+    A gs:// run's local copy is temporary (removed when the run ends), except
+    for an export, whose commands start it from that copy.
+    """
     stamp = datetime.datetime.now().strftime("%m%d-%H%M%S")
     name = f"{target.name[: 39 - len(stamp)]}-{stamp}"  # a JobSet name fits 40 characters
     hosts, devices = (1, 1) if tpu is None else (tpu.hosts, tpu.chips)
-    if _REMOTE.match(target.run_dir):
-        run_url = f"{target.run_dir.rstrip('/')}/{name}"
-        run = write_run_directory(program, Path(tempfile.mkdtemp(prefix="tpu_nb-pod-")) / name, name, hosts, devices, run_url)
+    if not _REMOTE.match(target.run_dir):
+        return write_run_directory(program, Path(target.run_dir).resolve() / name, name, hosts, devices)
+    run_url = f"{target.run_dir.rstrip('/')}/{name}"
+    staging = None if exported else Path(tempfile.mkdtemp(prefix="tpu_nb-pod-"))
+    local = Path(DEFAULT_RUNS_DIR).resolve() if staging is None else staging
+    run = write_run_directory(program, local / name, name, hosts, devices, run_url, staging)
+    try:
         upload(run, run_url)
-        return run
-    return write_run_directory(program, Path(target.run_dir).resolve() / name, name, hosts, devices)
+    except (ImportError, OSError, ValueError) as error:  # gcsfs missing, no access, a bad URL
+        remove_staging(run)
+        raise LaunchRefused(
+            f"tpu_nb did not start the pod run:\n- the run could not be copied to {run_url} ({type(error).__name__}: {error}); "
+            "gs:// needs gcsfs here (pip install gcsfs) and write access to the bucket."
+        ) from None
+    return run
 
 
 def _print_export(run: RunDirectory, target: PodTarget, tpu: TpuSlice | None, write: Write) -> None:
@@ -229,7 +271,7 @@ def _print_export(run: RunDirectory, target: PodTarget, tpu: TpuSlice | None, wr
     lines += ["", f"  on each host, from a copy of this directory:  PJRT_DEVICE=TPU python3 train.py   (rank 0 saves {RESULTS}/)"]
     vm = TpuVmSlice(target.name, target.zone, target.project)
     lines += ["", "  Cloud TPU VM slice, with gcloud:"]
-    lines += [f"    {_shell(command)}" for command in (vm.ssh(f"mkdir -p {REMOTE_RUNS}"), vm.copy_command(run), vm.start_command(run))]
+    lines += [f"    {_shell(command)}" for command in (vm.prepare_command(), vm.copy_command(run), vm.start_command(run))]
     if tpu is not None and target.image is not None:
         gke = GkeSlice(tpu, target.image, target.namespace)
         gke.write_manifest(run)
@@ -296,12 +338,16 @@ def pod_result(result: RankResult) -> PodResult:
     return PodResult(result.value, returned)
 
 
-def read_results(run_dir: str) -> PodResult:
-    """Rank 0's results from a run directory (local or gs://) that host 0 saved them in."""
+def read_results(run_dir: str, weights_only: bool = False) -> PodResult:
+    """Rank 0's results from a run directory (local or gs://) that host 0 saved them in.
+
+    Module weights load without unpickling; other values are unpickled unless
+    `weights_only` (then they stand as `NotTransferable`).
+    """
     if _REMOTE.match(run_dir):
         with tempfile.TemporaryDirectory(prefix="tpu_nb-pod-") as local:
-            return read_results(str(download_results(run_dir, Path(local)).parent))
-    result = load_result(Path(run_dir) / RESULTS, 0)
+            return read_results(str(download_results(run_dir, Path(local)).parent), weights_only)
+    result = load_result(Path(run_dir) / RESULTS, 0, pickled=not weights_only)
     if result is None:
         raise FileNotFoundError(
             f"{run_dir} holds no results of rank 0 ({RESULTS}/result-0.json): has the run ended, and was {RESULTS}/ copied back?"

@@ -6,7 +6,8 @@ every host runs with `python train.py`. The directory also carries a copy
 of the tpu_nb package (so the hosts need only torch, torch_xla and the
 libraries the cells import) and `manifest.json`: the run's options and the
 versions of the notebook's packages, which every host checks before it
-starts.
+starts. The cells may hold tokens and paths: the directory is private to
+its user (0700, files 0600).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import datetime
 import io
 import json
+import os
 import platform
 import shutil
 import tarfile
@@ -50,11 +52,15 @@ class RunDirectory:
     name: str  # the run's name: also its directory's name on the hosts
     hosts: int
     run_url: str | None  # the run's copy at gs://... (results in its results/), if it has one
+    staging: Path | None = None  # a temporary local copy's directory (of a gs:// run), removed when the run ends
 
 
-def write_run_directory(program: PodProgram, path: Path, name: str, hosts: int, devices: int, run_url: str | None = None) -> RunDirectory:
-    """Write `train.py`, `manifest.json` and a copy of tpu_nb into `path` (created; it must not exist yet)."""
-    path.mkdir(parents=True)
+def write_run_directory(
+    program: PodProgram, path: Path, name: str, hosts: int, devices: int, run_url: str | None = None, staging: Path | None = None
+) -> RunDirectory:
+    """Write `train.py`, `manifest.json` and a copy of tpu_nb into `path` (created, private; it must not exist yet)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.mkdir(mode=0o700)
     (path / TRAIN_SCRIPT).write_text(train_script(program, name))
     manifest = {
         "format": 1,
@@ -74,7 +80,22 @@ def write_run_directory(program: PodProgram, path: Path, name: str, hosts: int, 
     (path / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     package = Path(tpu_nb.__file__).parent
     shutil.copytree(package, path / "tpu_nb", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    return RunDirectory(path, name, hosts, run_url)
+    _make_private(path)
+    return RunDirectory(path, name, hosts, run_url, staging)
+
+
+def remove_staging(run: RunDirectory) -> None:
+    """Remove a gs:// run's temporary local copy (its cells may hold tokens)."""
+    if run.staging is not None:
+        shutil.rmtree(run.staging, ignore_errors=True)
+
+
+def _make_private(path: Path) -> None:
+    """Only the user may read the run (its cells), whatever the umask; also in its archive and copies, which keep modes."""
+    for directory, _subdirectories, files in os.walk(path):
+        os.chmod(directory, 0o700)
+        for file in files:
+            os.chmod(os.path.join(directory, file), 0o600)
 
 
 def notebook_packages() -> dict[str, str | None]:

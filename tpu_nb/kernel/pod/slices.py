@@ -10,6 +10,19 @@ class SliceError(ValueError):
     """A TPU slice or pod run that cannot be set up as asked; the message says what to change."""
 
 
+_POD_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def check_pod_name(name: str) -> str:
+    """`name` if it can name a TPU VM and the run directories made from it (Cloud TPU's rule: a DNS-1035 label)."""
+    if not _POD_NAME.fullmatch(name):
+        raise SliceError(
+            f"--pod {name!r}: a TPU VM's name is 1 to 63 lower-case letters, digits and '-', starting with a letter and "
+            "ending with a letter or digit, e.g. 'my-slice'."
+        )
+    return name
+
+
 @dataclass(frozen=True, slots=True)
 class TpuSlice:
     """One TPU slice: how many chips, on how many hosts, and how GKE labels its nodes."""

@@ -19,21 +19,36 @@ from . import commands
 from .program import TRAIN_SCRIPT, RunDirectory, download_results
 from .slices import SliceError, TpuSlice, parse_slice
 
-REMOTE_RUNS = "tpu_nb_runs"  # under each host's home directory
+REMOTE_RUNS = "tpu_nb_runs"  # under each host's home directory, private to its user
 VERSIONS_MARKER = "@tpu_nb-versions "
-# One line per host: its name and the versions every host must share with the notebook.
-_VERSIONS_SCRIPT = (
-    "import json, socket, importlib.metadata as m; "
-    "found = lambda name: next((d.version for d in m.distributions(name=name)), None); "
-    f"print({VERSIONS_MARKER!r} + json.dumps({{'host': socket.gethostname(), 'torch': found('torch'), 'torch_xla': found('torch_xla')}}))"
-)
+# One line per host: its name, the versions every host must share with the notebook, and the
+# tpu_nb runs with a live process there (a process whose working directory is the run's).
+_VERSIONS_SCRIPT = f"""
+import json, os, socket, importlib.metadata as m
+found = lambda name: next((d.version for d in m.distributions(name=name)), None)
+runs = os.path.realpath({REMOTE_RUNS!r})
+running = set()
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        cwd = os.readlink(f"/proc/{{pid}}/cwd")
+        state = open(f"/proc/{{pid}}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        continue
+    if os.path.dirname(cwd) == runs and state not in "ZX":
+        running.add(os.path.basename(cwd))
+record = {{"host": socket.gethostname(), "torch": found("torch"), "torch_xla": found("torch_xla"), "running": sorted(running)}}
+print({VERSIONS_MARKER!r} + json.dumps(record))
+"""
 
 
 @dataclass(frozen=True, slots=True)
 class HostVersions:
+    """What one host said before a run: its packages, and the tpu_nb runs still running there."""
+
     host: str
     torch: str | None
     torch_xla: str | None
+    running: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,20 +81,24 @@ class TpuVmSlice:
 
     def start_command(self, run: RunDirectory) -> list[str]:
         # PJRT_DEVICE: the hosts' TPU unless their environment says otherwise.
-        return self.ssh(f"cd {_remote(run)} && PJRT_DEVICE=${{PJRT_DEVICE:-TPU}} exec {self.python} {TRAIN_SCRIPT}")
+        return self.ssh(f"cd {_remote(run.name)} && PJRT_DEVICE=${{PJRT_DEVICE:-TPU}} exec {self.python} {TRAIN_SCRIPT}")
 
     def stop_command(self, run: RunDirectory, step: int | None) -> list[str]:
-        return self.ssh(f"cd {_remote(run)} && echo {'' if step is None else step} > stop.partial && mv stop.partial stop")
+        return self.ssh(f"cd {_remote(run.name)} && echo {'' if step is None else step} > stop.partial && mv stop.partial stop")
 
-    def kill_command(self, run: RunDirectory) -> list[str]:
-        # host.pgid: the process group train.py leads on each host (see tpu_nb.workers.host).
+    def kill_command(self, run_name: str) -> list[str]:
+        """End run `run_name` on every host: its process group there (host.pgid, see tpu_nb.workers.host)."""
         return self.ssh(
-            f"cd {_remote(run)} 2>/dev/null && test -f host.pgid && group=$(cat host.pgid) && "
+            f"cd {_remote(run_name)} 2>/dev/null && test -f host.pgid && group=$(cat host.pgid) && "
             "{ kill -TERM -- -$group 2>/dev/null; sleep 2; kill -KILL -- -$group 2>/dev/null; }; true"
         )
 
     def fetch_command(self, run: RunDirectory, into: Path) -> list[str]:
-        return self.gcloud("scp", "--recurse", f"{self.name}:{_remote(run)}/results", f"{into}/", "--worker=0")
+        return self.gcloud("scp", "--recurse", f"{self.name}:{REMOTE_RUNS}/{run.name}/results", f"{into}/", "--worker=0")
+
+    def prepare_command(self) -> list[str]:
+        """The hosts' runs directory, made private (the cells may hold tokens)."""
+        return self.ssh(f"mkdir -p {REMOTE_RUNS} && chmod 700 {REMOTE_RUNS}")
 
     # Preflight.
 
@@ -103,13 +122,14 @@ class TpuVmSlice:
         return tpu
 
     def host_versions(self) -> list[HostVersions]:
-        """torch and torch_xla on every host (and the run directories' parent made there, on the way)."""
-        output = commands.run(self.ssh(f"mkdir -p {REMOTE_RUNS} && {self.python} -c {shlex.quote(_VERSIONS_SCRIPT)}"))
+        """torch, torch_xla and running tpu_nb runs on every host (and the private runs directory made there, on the way)."""
+        command = f"mkdir -p {REMOTE_RUNS} && chmod 700 {REMOTE_RUNS} && {self.python} -c {shlex.quote(_VERSIONS_SCRIPT)}"
+        output = commands.run(self.ssh(command))
         found = []
         for line in output.splitlines():
             if line.startswith(VERSIONS_MARKER):
                 record = json.loads(line[len(VERSIONS_MARKER) :])
-                found.append(HostVersions(record["host"], record["torch"], record["torch_xla"]))
+                found.append(HostVersions(str(record["host"]), record["torch"], record["torch_xla"], tuple(map(str, record["running"]))))
         return found
 
     # Running.
@@ -122,7 +142,15 @@ class TpuVmSlice:
         commands.run(self.stop_command(run, step))
 
     def kill(self, run: RunDirectory) -> None:
-        commands.run(self.kill_command(run))
+        self.end(run.name)
+
+    def end(self, run_name: str) -> None:
+        """End run `run_name` on every host."""
+        commands.run(self.kill_command(run_name))
+
+    def end_commands(self, run_name: str) -> list[list[str]]:
+        """What `end` runs: for a notebook whose kernel may die, and for the user to run."""
+        return [self.kill_command(run_name)]
 
     def fetch_results(self, run: RunDirectory, into: Path) -> Path:
         """Copy rank 0's results (from the run's gs:// location, or host 0) into `into`; the local results directory."""
@@ -135,5 +163,6 @@ class TpuVmSlice:
         """Nothing runs on the hosts any more; their copy of the run directory stays for a look."""
 
 
-def _remote(run: RunDirectory) -> str:
-    return f"{REMOTE_RUNS}/{run.path.name}"
+def _remote(run_name: str) -> str:
+    """The run's directory on a host, quoted for its shell (names are checked too: see `slices.check_pod_name`)."""
+    return shlex.quote(f"{REMOTE_RUNS}/{run_name}")
