@@ -1,12 +1,15 @@
 """Runtime detection for tpu_nb: which platform, which TPU, and what blocks a launch.
 
-Stdlib only: workers import tpu_nb, so this must not pull in torch, torch_xla,
-IPython or ipywidgets.
+`system` reads the machine, `detect` probes it into `info`'s types,
+`problems` judges them (one rule per problem), `versions` holds the version
+and install policy, `panel` shows it all. Stdlib only: workers import
+tpu_nb, so this must not pull in torch, torch_xla, IPython or ipywidgets.
 """
 
 from __future__ import annotations
 
-from .detect import Accelerator, Platform, Problem, RuntimeInfo, TpuInfo, Versions, detect
+from .detect import detect
+from .info import Accelerator, Platform, Problem, RuntimeInfo, TpuInfo, Versions
 from .panel import RuntimePanel
 from .system import SystemView
 

@@ -10,7 +10,7 @@ import html
 from dataclasses import dataclass
 from typing import Protocol
 
-from .detect import Problem, RuntimeInfo, Severity
+from .info import Problem, RuntimeInfo, Severity
 
 _SEVERITY_COLOURS: dict[Severity, str] = {
     "error": "#c62828",

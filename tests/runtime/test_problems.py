@@ -1,0 +1,235 @@
+"""The problem rules, through detection: when each appears, what it says, what it tells the user to do."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tpu_nb.runtime import Problem, RuntimeInfo, SystemView, detect
+
+MakeSystem = Callable[..., SystemView]
+FakeTorchXla = Callable[[bool], types.ModuleType]
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_INSTALL = "pip install 'tpu_nb[xla]'"
+
+
+def codes(info: RuntimeInfo) -> list[str]:
+    return [problem.code for problem in info.problems]
+
+
+def problem(info: RuntimeInfo, code: str) -> Problem:
+    (found,) = [problem for problem in info.problems if problem.code == code]
+    return found
+
+
+# Every problem code: when it appears, what it says, what it tells the user to do.
+
+
+def test_torch_xla_missing_off_tpu(make_system: MakeSystem) -> None:
+    info = detect(make_system("gpu_machine"))
+
+    missing = problem(info, "torch_xla_missing")
+    assert missing.severity == "error"
+    assert "torch_xla is not installed" in missing.message
+    assert missing.fix == CPU_INSTALL
+
+
+def test_torch_xla_missing_on_tpu_installs_the_tpu_build_for_the_installed_torch(make_system: MakeSystem) -> None:
+    info = detect(make_system("colab_v5e_1", packages={"torch_xla": None}))
+
+    missing = problem(info, "torch_xla_missing")
+    # The image's torch stays; only the matching torch_xla (with its libtpu) is added.
+    assert missing.fix == "pip install 'torch_xla[tpu]~=2.9.0'"
+    assert info.install_command == "pip install 'torch_xla[tpu]~=2.9.0' tpu_nb"
+    # Without torch_xla, a missing libtpu is not the thing to report.
+    assert "libtpu_missing" not in codes(info)
+
+
+def test_torch_xla_missing_without_torch_installs_the_pinned_pair(make_system: MakeSystem) -> None:
+    info = detect(make_system("colab_v5e_1", packages={"torch": None, "torch_xla": None}))
+
+    assert problem(info, "torch_xla_missing").fix == "pip install torch==2.9.0 'torch_xla[tpu]==2.9.0'"
+
+
+def test_version_mismatch_off_tpu(make_system: MakeSystem) -> None:
+    info = detect(make_system("cpu_laptop", packages={"torch": "2.8.0"}))
+
+    mismatch = problem(info, "version_mismatch")
+    assert mismatch.severity == "error"
+    assert "torch 2.8.0" in mismatch.message and "torch_xla 2.9.0" in mismatch.message
+    assert mismatch.fix == CPU_INSTALL
+    assert not info.can_launch
+
+
+def test_version_mismatch_on_tpu_matches_torch_xla_to_torch(make_system: MakeSystem) -> None:
+    info = detect(make_system("cloud_tpu_vm_v4_8", packages={"torch": "2.9.1+cpu", "torch_xla": "2.8.0"}))
+
+    mismatch = problem(info, "version_mismatch")
+    assert "torch 2.9.1+cpu" in mismatch.message and "torch_xla 2.8.0" in mismatch.message
+    assert mismatch.fix == "pip install 'torch_xla[tpu]~=2.9.0'"
+
+
+@pytest.mark.parametrize(("torch", "torch_xla"), [("2.9.0+cpu", "2.9.0"), ("2.5.1", "2.5.0"), ("2.9.0", "2.9.0+tpu")])
+def test_same_major_minor_is_no_mismatch(make_system: MakeSystem, torch: str, torch_xla: str) -> None:
+    info = detect(make_system("cpu_laptop", packages={"torch": torch, "torch_xla": torch_xla}))
+
+    assert "version_mismatch" not in codes(info)
+
+
+def test_runtime_initialized_in_this_process(make_system: MakeSystem, fake_torch_xla: FakeTorchXla) -> None:
+    info = detect(make_system("cpu_laptop", modules={"torch_xla": fake_torch_xla(True)}))
+
+    initialized = problem(info, "runtime_initialized")
+    assert initialized.severity == "error"
+    assert "XLA device was already used in this process" in initialized.message
+    assert "can no longer start" in initialized.message
+    assert "Restart the runtime (kernel)" in initialized.fix
+    assert "inside %%tpu_train cells" in initialized.fix
+    for call in ("TrainingArguments", "xm.xla_device()", "torch_xla.device()"):
+        assert call in initialized.fix
+    assert not info.can_launch
+
+
+def test_imported_but_unused_torch_xla_is_fine(make_system: MakeSystem, fake_torch_xla: FakeTorchXla) -> None:
+    info = detect(make_system("cpu_laptop", modules={"torch_xla": fake_torch_xla(False)}))
+
+    assert "runtime_initialized" not in codes(info)
+
+
+def test_a_half_imported_torch_xla_is_not_called(make_system: MakeSystem) -> None:
+    # e.g. a module object still being initialised, without _XLAC yet
+    info = detect(make_system("cpu_laptop", modules={"torch_xla": types.ModuleType("torch_xla")}))
+
+    assert "runtime_initialized" not in codes(info)
+
+
+def test_topology_vars(make_system: MakeSystem) -> None:
+    info = detect(make_system("kaggle_v5e_8"))
+
+    preset = problem(info, "topology_vars")
+    assert preset.severity == "warning"
+    assert "TPU_PROCESS_ADDRESSES" in preset.message
+    assert '"Expected 8 worker addresses, got 1"' in preset.message
+    assert "tpu_nb removes them for its workers" in preset.message
+    assert preset.fix == "No action needed."
+
+
+def test_topology_vars_names_only_what_is_set(make_system: MakeSystem) -> None:
+    info = detect(make_system("kaggle_v5e_8", environ={"TPU_PROCESS_ADDRESSES": None, "CLOUD_TPU_TASK_ID": "0"}))
+
+    assert info.topology_vars == ("CLOUD_TPU_TASK_ID",)
+    assert "TPU_PROCESS_ADDRESSES" not in problem(info, "topology_vars").message
+
+
+def test_tpu_busy(make_system: MakeSystem) -> None:
+    system = make_system(
+        "colab_v5e_1",
+        files={"proc/4242/comm": "python3\n"},
+        links={"proc/4242/fd/0": "/dev/null", "proc/4242/fd/7": "/dev/vfio/0"},
+    )
+    info = detect(system)
+
+    busy = problem(info, "tpu_busy")
+    assert busy.severity == "error"
+    assert "pid 4242 (python3) has /dev/vfio/0 open" in busy.message
+    assert "/dev/null" not in busy.message
+    assert "kill 4242" in busy.fix
+    assert "restart the runtime" in busy.fix
+    assert not info.can_launch
+
+
+def test_tpu_busy_names_every_holder(make_system: MakeSystem) -> None:
+    system = make_system(
+        "colab_v2_8",
+        files={"proc/77/comm": "tpu_worker\n"},
+        links={"proc/77/fd/3": "/dev/accel2", "proc/77/fd/4": "/dev/accel3", "proc/4242/fd/9": "/dev/accel0"},
+    )
+
+    busy = problem(detect(system), "tpu_busy")
+    assert "pid 77 (tpu_worker) has /dev/accel2, /dev/accel3 open" in busy.message
+    assert "pid 4242 (unknown command) has /dev/accel0 open" in busy.message
+    assert "kill 77 4242" in busy.fix
+
+
+def test_tpu_held_by_this_process_or_vfio_container_is_not_busy(make_system: MakeSystem) -> None:
+    # Our own use is runtime_initialized's business; /dev/vfio/vfio is shared by design.
+    system = make_system(
+        "colab_v5e_1",
+        files={"proc/4242/comm": "python3\n"},
+        links={"proc/100/fd/7": "/dev/vfio/0", "proc/4242/fd/7": "/dev/vfio/vfio"},
+    )
+
+    assert "tpu_busy" not in codes(detect(system))
+
+
+def test_libtpu_missing(make_system: MakeSystem) -> None:
+    info = detect(make_system("cloud_tpu_vm_v4_8", packages={"libtpu": None}))
+
+    missing = problem(info, "libtpu_missing")
+    assert missing.severity == "error"
+    assert "libtpu is not installed" in missing.message
+    # The tpu extra of the installed torch_xla: libtpu comes, torch_xla stays.
+    assert missing.fix == "pip install 'torch_xla[tpu]==2.9.0'"
+
+
+@pytest.mark.parametrize(("torch_xla", "libtpu", "expected"), [("2.8.0", "0.0.21", "0.0.17"), ("2.9.0", "0.0.17", "0.0.21")])
+def test_a_libtpu_other_than_torch_xlas_own_is_a_warning(make_system: MakeSystem, torch_xla: str, libtpu: str, expected: str) -> None:
+    info = detect(make_system("kaggle_v5e_8", packages={"torch": torch_xla + "+cpu", "torch_xla": torch_xla, "libtpu": libtpu}))
+
+    mismatch = problem(info, "libtpu_mismatch")
+    assert mismatch.severity == "warning"
+    assert f"libtpu {libtpu} is not the libtpu {expected} that torch_xla {torch_xla} was built for" in mismatch.message
+    assert "PJRT API mismatch" in mismatch.message
+    assert mismatch.fix == f"pip install libtpu=={expected}"
+    assert info.can_launch
+
+
+@pytest.mark.parametrize(("torch_xla", "libtpu"), [("2.8.0", "0.0.17"), ("2.9.0", "0.0.21.1"), ("2.7.0", "0.0.11")])
+def test_libtpu_of_the_torch_xla_line_or_an_unknown_line_is_fine(make_system: MakeSystem, torch_xla: str, libtpu: str) -> None:
+    info = detect(make_system("kaggle_v5e_8", packages={"torch": torch_xla, "torch_xla": torch_xla, "libtpu": libtpu}))
+
+    assert "libtpu_mismatch" not in codes(info)
+
+
+def test_libtpu_is_not_needed_off_tpu(make_system: MakeSystem) -> None:
+    assert "libtpu_missing" not in codes(detect(make_system("cpu_laptop")))
+
+
+def test_pjrt_cpu_on_tpu(make_system: MakeSystem) -> None:
+    info = detect(make_system("gke_v5e_4", environ={"PJRT_DEVICE": "CPU"}))
+
+    unused = problem(info, "pjrt_cpu_on_tpu")
+    assert unused.severity == "warning"
+    assert "PJRT_DEVICE is set to CPU" in unused.message
+    assert "TPU v5e" in unused.message and "leave the TPU unused" in unused.message
+    assert "PJRT_DEVICE=TPU" in unused.fix
+    # The launch follows PJRT_DEVICE: one XLA:CPU worker.
+    assert info.pjrt_device == "CPU"
+    assert (info.devices, info.workers) == (1, 1)
+
+
+def test_pjrt_tpu_set_explicitly_is_fine(make_system: MakeSystem) -> None:
+    info = detect(make_system("gke_v5e_4", environ={"PJRT_DEVICE": "TPU"}))
+
+    assert info.problems == ()
+    assert info.workers == 4
+
+
+def test_no_tpu(make_system: MakeSystem) -> None:
+    info = detect(make_system("cpu_laptop"))
+
+    no_tpu = problem(info, "no_tpu")
+    assert no_tpu.severity == "info"
+    assert "one XLA:CPU worker" in no_tpu.message
+    assert "slow for real training" in no_tpu.message
+    assert "TPU runtime" in no_tpu.fix
+
+
+def test_no_tpu_on_a_gpu_machine_says_the_gpu_is_unused(make_system: MakeSystem) -> None:
+    no_tpu = problem(detect(make_system("gpu_machine")), "no_tpu")
+
+    assert "1 NVIDIA GPU(s) found; tpu_nb does not use GPUs" in no_tpu.message

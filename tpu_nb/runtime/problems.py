@@ -1,0 +1,182 @@
+"""What stops or degrades `%%tpu_train` on a runtime: one rule per problem, each giving its fix.
+
+Each rule looks at what detection found (`Findings`) and returns a `Problem`
+or None; `RULES` is their order in `%tpu_info`. A new problem is a new rule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .info import Problem, TpuInfo, Versions
+from .system import OpenedBy, SystemView, xla_runtime_started
+from .versions import expected_libtpu, has_matching_xla, libtpu_matches, release
+
+TORCH_XLA_MISSING = "torch_xla_missing"
+VERSION_MISMATCH = "version_mismatch"
+RUNTIME_INITIALIZED = "runtime_initialized"
+TOPOLOGY_VARS = "topology_vars"
+TPU_BUSY = "tpu_busy"
+LIBTPU_MISSING = "libtpu_missing"
+LIBTPU_MISMATCH = "libtpu_mismatch"
+PJRT_CPU_ON_TPU = "pjrt_cpu_on_tpu"
+NO_TPU = "no_tpu"
+
+TPU_DEVICE_NODE = re.compile(r"/dev/(accel\d+|vfio/\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Findings:
+    """What detection found, for the rules to judge."""
+
+    system: SystemView
+    tpu: TpuInfo | None
+    gpu_count: int
+    versions: Versions
+    pjrt_device: str
+    workers: int
+    topology_vars: tuple[str, ...]
+    xla_install: str
+
+
+def runtime_initialized(found: Findings) -> Problem | None:
+    if not xla_runtime_started(found.system.modules):
+        return None
+    return Problem(
+        RUNTIME_INITIALIZED,
+        "error",
+        "An XLA device was already used in this process, so %%tpu_train can no longer start "
+        "its workers (torch_xla refuses with 'Runtime is already initialized').",
+        "Restart the runtime (kernel), then keep all XLA device use inside %%tpu_train cells: "
+        "in the notebook itself, do not create TrainingArguments or a Trainer, and do not call "
+        "xm.xla_device() or torch_xla.device().",
+    )
+
+
+def tpu_busy(found: Findings) -> Problem | None:
+    if not found.tpu:
+        return None
+    holders = found.system.opened_by_other_processes(lambda path: TPU_DEVICE_NODE.fullmatch(path) is not None)
+    if not holders:
+        return None
+    return Problem(
+        TPU_BUSY,
+        "error",
+        "The TPU is held by another process: " + "; ".join(map(_describe_holder, holders)) + ".",
+        f"Stop it (kill {' '.join(str(holder.pid) for holder in holders)}) or restart the runtime.",
+    )
+
+
+def _describe_holder(holder: OpenedBy) -> str:
+    return f"pid {holder.pid} ({holder.command or 'unknown command'}) has {', '.join(holder.paths)} open"
+
+
+def torch_xla_missing(found: Findings) -> Problem | None:
+    if found.versions.torch_xla:
+        return None
+    return Problem(
+        TORCH_XLA_MISSING,
+        "error",
+        "torch_xla is not installed; %%tpu_train needs it to run on XLA devices.",
+        found.xla_install,
+    )
+
+
+def version_mismatch(found: Findings) -> Problem | None:
+    versions = found.versions
+    if not versions.torch or not versions.torch_xla or has_matching_xla(versions):
+        return None
+    return Problem(
+        VERSION_MISMATCH,
+        "error",
+        f"torch {versions.torch} does not match torch_xla {versions.torch_xla}: "
+        "torch_xla only works with the torch release it was built against.",
+        found.xla_install,
+    )
+
+
+def libtpu_missing(found: Findings) -> Problem | None:
+    versions = found.versions
+    if not found.tpu or not versions.torch_xla or versions.libtpu:
+        return None
+    return Problem(
+        LIBTPU_MISSING,
+        "error",
+        "libtpu is not installed, so torch_xla cannot reach the TPU.",
+        # The `tpu` extra of the installed torch_xla brings the libtpu it was built for.
+        f"pip install 'torch_xla[tpu]=={release(versions.torch_xla)}'",
+    )
+
+
+def libtpu_mismatch(found: Findings) -> Problem | None:
+    versions = found.versions
+    if not found.tpu or not versions.torch_xla or not versions.libtpu:
+        return None
+    expected = expected_libtpu(versions.torch_xla)
+    if expected is None or libtpu_matches(versions.libtpu, expected):
+        return None
+    return Problem(
+        LIBTPU_MISMATCH,
+        "warning",
+        f"libtpu {versions.libtpu} is not the libtpu {expected} that torch_xla {versions.torch_xla} was built for: "
+        "the TPU may fail to start with a PJRT API mismatch.",
+        f"pip install libtpu=={expected}",
+    )
+
+
+def pjrt_cpu_on_tpu(found: Findings) -> Problem | None:
+    tpu = found.tpu
+    if not tpu or found.pjrt_device.upper() == "TPU":
+        return None
+    return Problem(
+        PJRT_CPU_ON_TPU,
+        "warning",
+        f"PJRT_DEVICE is set to {found.pjrt_device} although a TPU {tpu.generation} is attached: "
+        f"%%tpu_train would run on {found.pjrt_device} and leave the TPU unused.",
+        "Set PJRT_DEVICE=TPU (%env PJRT_DEVICE=TPU) or remove it from the environment.",
+    )
+
+
+def topology_vars(found: Findings) -> Problem | None:
+    if not found.topology_vars:
+        return None
+    expected = found.workers if found.workers > 1 else "N"
+    return Problem(
+        TOPOLOGY_VARS,
+        "warning",
+        f"This environment presets {' and '.join(found.topology_vars)}, which break a multi-process "
+        f'start ("Expected {expected} worker addresses, got 1"). tpu_nb removes them for its workers.',
+        "No action needed.",
+    )
+
+
+def no_tpu(found: Findings) -> Problem | None:
+    if found.tpu:
+        return None
+    gpus = f" ({found.gpu_count} NVIDIA GPU(s) found; tpu_nb does not use GPUs)" if found.gpu_count else ""
+    return Problem(
+        NO_TPU,
+        "info",
+        f"No TPU attached{gpus}: %%tpu_train runs on one XLA:CPU worker, useful for trying code but slow for real training.",
+        "To train on a TPU, switch the notebook to a TPU runtime (Colab: Runtime > Change runtime type; Kaggle: Settings > Accelerator).",
+    )
+
+
+RULES: tuple[Callable[[Findings], Problem | None], ...] = (
+    runtime_initialized,
+    tpu_busy,
+    torch_xla_missing,
+    version_mismatch,
+    libtpu_missing,
+    libtpu_mismatch,
+    pjrt_cpu_on_tpu,
+    topology_vars,
+    no_tpu,
+)
+
+
+def problems_of(found: Findings) -> tuple[Problem, ...]:
+    """Every rule's problem, in `RULES` order."""
+    return tuple(problem for rule in RULES if (problem := rule(found)) is not None)
