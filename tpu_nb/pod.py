@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tpu_nb.kernel.pod.launching import PodResult
-    from tpu_nb.kernel.pod.program import RunDirectory
+    from tpu_nb.kernel.pod.api import PodResult
+    from tpu_nb.wire.run_directory import RunDirectory
 
 
 def launch(
@@ -55,19 +55,33 @@ def launch(
     Raises `LaunchRefused` (nothing started) with what to fix, or what
     `tpu_nb.launch` raises when the run fails.
     """
-    from tpu_nb.kernel.errors import LaunchRefused
-    from tpu_nb.kernel.magics import recorded_cells
     from tpu_nb.kernel.options import LaunchOptions
-    from tpu_nb.kernel.pod.launching import PodTarget, launch_function
-    from tpu_nb.wire.mesh import MeshError, MeshShape
+    from tpu_nb.kernel.pod.api import launch_function
+    from tpu_nb.kernel.pod.recording import RECORDED
+    from tpu_nb.kernel.pod.slice_checks import PodTarget
 
-    try:
-        mesh_shape = None if mesh is None else MeshShape.parse(mesh)
-    except MeshError as error:
-        raise LaunchRefused(f"tpu_nb did not start the pod run:\n- {error}") from None
-    options = LaunchOptions(None, timeout, all_ranks_output, progress, False, stop_grace, spmd, mesh_shape, doctor, compile_cache)
-    target = PodTarget(pod, backend, zone, project, accelerator, image, run_dir, namespace, kill_stale)  # type: ignore[arg-type]
-    return launch_function(train, target, options, tuple(returns), recorded_cells() if prepared else ())
+    options = LaunchOptions.from_user(
+        timeout=timeout,
+        all_ranks_output=all_ranks_output,
+        progress=progress,
+        stop_grace=stop_grace,
+        spmd=spmd,
+        mesh=mesh,
+        doctor=doctor,
+        compile_cache=compile_cache,
+    )
+    target = PodTarget(
+        name=pod,
+        backend=backend,  # type: ignore[arg-type]  # checked with the other options: a wrong one is refused by name
+        zone=zone,
+        project=project,
+        accelerator=accelerator,
+        image=image,
+        run_dir=run_dir,
+        namespace=namespace,
+        kill_stale=kill_stale,
+    )
+    return launch_function(train, target, options, tuple(returns), RECORDED.cells() if prepared else ())
 
 
 def results(run_dir: str | os.PathLike[str], *, weights_only: bool = False) -> PodResult:
@@ -80,6 +94,6 @@ def results(run_dir: str | os.PathLike[str], *, weights_only: bool = False) -> P
     location others can write, pass `weights_only=True` (they then stand as
     text saying they were not loaded).
     """
-    from tpu_nb.kernel.pod.launching import read_results
+    from tpu_nb.kernel.pod.api import read_results
 
     return read_results(os.fspath(run_dir), weights_only)

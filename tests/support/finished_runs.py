@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from support.clock import FakeClock
 
-from tpu_nb.kernel.progress.state import ProgressSnapshot, ProgressState
+from tpu_nb.kernel.progress.snapshot import ProgressSnapshot
+from tpu_nb.kernel.progress.state import ProgressState
 from tpu_nb.wire.events import Heartbeat, Notice, Progress, WorkerStarted
 
 PNG_SIGNATURE = b"\x89PNG"

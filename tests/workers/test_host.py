@@ -10,7 +10,8 @@ from pathlib import Path
 
 from tpu_nb.kernel.pod.program import PodProgram, write_run_directory
 from tpu_nb.wire.host_lines import HostEnded, decode
-from tpu_nb.workers.host import Cell, host_index
+from tpu_nb.wire.run_directory import Cell
+from tpu_nb.workers.host import host_index
 
 
 def test_the_host_index_comes_from_gke_or_the_tpu_vm() -> None:

@@ -1,9 +1,12 @@
 """What runs in the notebook's own process (the kernel), which never touches an XLA device.
 
-`magics` and `launching` are the entry points; a `runs.Run` checks
-(`preflight`), forks the workers (`processes`, `forking`), follows their
-events and ends in an `endings.Ending`; `cells` compiles a `%%tpu_train` cell
-and puts its results into the notebook; `background` follows a run while the
-notebook stays free; `progress` turns the workers' reports into the
-dashboard.
+`magics` (the IPython glue) and `launching` (`tpu_nb.launch`) are the entry
+points. Every run lives the life `followed_run` writes once (start, events,
+graceful and hard stops, the timeout, its ending): on this machine a
+`local_run.Run` checks (`preflight`), forks the workers (`processes`,
+`forking`) and reads their events; on a pod slice `pod` does the same
+through gcloud or kubectl. `endings` turns every outcome into the
+notebook's words and exception; `returns` hands a run's results back to the
+notebook; `background` follows a run while the notebook stays free;
+`progress` turns the workers' reports into the dashboard.
 """

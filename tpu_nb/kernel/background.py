@@ -20,10 +20,11 @@ from tpu_nb.wire.events import Event, Progress
 from tpu_nb.workers.programs import Program
 
 from .endings import Ending
+from .followed_run import FollowedRun, RunObserver
 from .frontend import in_notebook_kernel
+from .local_run import Run
 from .options import LaunchOptions
 from .output import Write, write_to_sys
-from .runs import FollowedRun, Run, RunObserver
 from .status import HandleStatus
 
 

@@ -7,16 +7,15 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from tpu_nb.wire.mesh import MeshError, MeshShape
 from tpu_nb.wire.results import NotTransferable, RankResult
 from tpu_nb.workers.programs import FunctionProgram
 
 from .background import BackgroundRun, Handback, start_in_background
 from .endings import Ending
-from .errors import LaunchRefused
+from .followed_run import run_in_foreground
+from .local_run import Run
 from .options import LaunchOptions
 from .output import Write
-from .runs import Run, run_in_foreground
 
 
 def launch(
@@ -52,11 +51,18 @@ def launch(
     Raises `WorkerError` with the worker's traceback if `fn` raised,
     `WorkerDied`, `TrainingInterrupted` or `TrainingTimedOut`.
     """
-    try:
-        mesh_shape = None if mesh is None else MeshShape.parse(mesh)
-    except MeshError as error:
-        raise LaunchRefused(f"tpu_nb did not start the workers:\n- {error}") from None
-    options = LaunchOptions(cores, timeout, all_ranks_output, progress, all_results, stop_grace, spmd, mesh_shape, doctor, compile_cache)
+    options = LaunchOptions.from_user(
+        cores=cores,
+        timeout=timeout,
+        all_ranks_output=all_ranks_output,
+        progress=progress,
+        all_results=all_results,
+        stop_grace=stop_grace,
+        spmd=spmd,
+        mesh=mesh,
+        doctor=doctor,
+        compile_cache=compile_cache,
+    )
     program = FunctionProgram(fn, args)
     name = str(getattr(fn, "__name__", "run"))
     title = f"tpu_nb.launch({name})"

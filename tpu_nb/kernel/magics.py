@@ -11,29 +11,25 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from tpu_nb.runtime import RuntimePanel, detect
-from tpu_nb.wire.mesh import MeshError, MeshShape
-from tpu_nb.workers.host import Cell
+from tpu_nb.wire.run_directory import Cell
 from tpu_nb.workers.programs import CellProgram, compile_cell
 
-from .background import BackgroundRun, Finish, Handback, start_in_background
-from .cell_names import cache_as_written, running_cell_number
-from .cells import AppliedReturns, apply_returns, bindings
+from .background import BackgroundRun, start_in_background
+from .cell_source import cache_as_written, running_cell_number
 from .endings import Ending
+from .followed_run import run_in_foreground
+from .local_run import Run
 from .options import LaunchOptions
-from .output import Write, write_to_sys
-from .pod.cells import PREPARE_MAGIC, check_names_recorded, check_plain_python, pod_program
-from .pod.launching import BACKENDS, DEFAULT_RUNS_DIR, PodTarget, launch_pod, start_pod_in_background
-from .pod.recording import PreparedCells
-from .runs import Run, run_in_foreground
+from .output import write_to_sys
+from .pod.cell_checks import PREPARE_MAGIC, check_names_recorded, check_plain_python, pod_program
+from .pod.recording import RECORDED
+from .pod.slice_checks import BACKENDS, DEFAULT_RUNS_DIR, PodTarget
+from .pod.starting import launch_pod, start_pod_in_background
+from .returns import hand_back, hand_back_later
 
 
 @magics_class
 class TpuMagics(Magics):
-    def __init__(self, shell: InteractiveShell) -> None:
-        super().__init__(shell)
-        self.prepared = PreparedCells()
-        """The %%tpu_prepare cells run so far: the start of every pod run's program."""
-
     @magic_arguments()
     @line_magic
     def tpu_info(self, line: str) -> None:
@@ -131,18 +127,14 @@ class TpuMagics(Magics):
         args = parse_argstring(self.tpu_train, line)
         if not args.name.isidentifier():
             raise UsageError(f"--name {args.name}: give a Python identifier to bind the run's handle to.")
-        try:
-            mesh = None if args.mesh is None else MeshShape.parse(args.mesh)
-        except MeshError as error:
-            raise UsageError(str(error)) from None
-        options = LaunchOptions(
+        options = LaunchOptions.from_user(
             cores=args.cores,
             timeout=args.timeout,
             all_ranks_output=args.all_ranks_output,
             progress=not args.no_progress,
             stop_grace=args.stop_grace,
             spmd=args.spmd,
-            mesh=mesh,
+            mesh=args.mesh,
             doctor=not args.no_doctor,
             compile_cache=args.compile_cache,
         )
@@ -150,15 +142,9 @@ class TpuMagics(Magics):
             return self._train_on_pod(args, line, cell, options)
         program = self._compile(line, cell, tuple(args.return_names))
         if args.background:
-            return self._start_in_background(program, options, args.name)
-        ending = run_in_foreground(Run(program, options, "%%tpu_train"))
-        if ending.error is not None:
-            raise ending.error
-        result = ending.results[0]
-        problem = report_returns(apply_returns(result, self._shell.user_ns), write_to_sys)
-        if problem is not None:
-            raise problem
-        return result.value if result.has_value else None
+            finish = hand_back_later(self._shell.user_ns, program.return_names, args.name)
+            return self._bound(args.name, start_in_background(program, options, args.name, finish))
+        return hand_back(run_in_foreground(Run(program, options, "%%tpu_train")), self._shell.user_ns)
 
     @magic_arguments()
     @argument("--show", action="store_true", help="List the recorded cells.")
@@ -175,8 +161,8 @@ class TpuMagics(Magics):
         args = parse_argstring(self.tpu_prepare, line)
         if cell is None:
             if args.clear:
-                self.prepared.clear()
-            write_to_sys("stdout", self.prepared.describe() + "\n")
+                RECORDED.clear()
+            write_to_sys("stdout", RECORDED.describe() + "\n")
             return
         shell = self._shell
         check_plain_python(PREPARE_MAGIC, cell, shell.transform_cell(cell))
@@ -185,61 +171,39 @@ class TpuMagics(Magics):
         if not result.success:
             raise UsageError(f"{PREPARE_MAGIC}: the cell failed (above), so it was not recorded for pod runs.")
         cell_id = getattr(shell, "parent_header", {}).get("metadata", {}).get("cellId")
-        self.prepared.record(Cell(name, f"{PREPARE_MAGIC} {line}".rstrip(), cell), cell_id)
+        RECORDED.record(Cell(name, f"{PREPARE_MAGIC} {line}".rstrip(), cell), cell_id)
 
     def _train_on_pod(self, args: Any, line: str, cell: str, options: LaunchOptions) -> Any:
         shell = self._shell
         check_plain_python("%%tpu_train --pod", cell, shell.transform_cell(cell))
         self._compile(line, cell, ())  # a syntax error is shown as in any cell, and nothing starts
         name = f"In [{running_cell_number(shell)}]"
-        check_names_recorded(self.prepared.cells(), Cell(name, "", cell), shell.user_ns)
-        program = pod_program(
-            self.prepared, name, line, cell, tuple(args.return_names), options.spmd, options.mesh, options.doctor, options.compile_cache
-        )
+        check_names_recorded(RECORDED.cells(), Cell(name, "", cell), shell.user_ns)
+        program = pod_program(RECORDED.cells(), name, line, cell, tuple(args.return_names), options)
         target = PodTarget(
-            args.pod, args.backend, args.zone, args.project, args.accelerator, args.image, args.run_dir, args.namespace, args.pod_kill_stale
+            name=args.pod,
+            backend=args.backend,
+            zone=args.zone,
+            project=args.project,
+            accelerator=args.accelerator,
+            image=args.image,
+            run_dir=args.run_dir,
+            namespace=args.namespace,
+            kill_stale=args.pod_kill_stale,
         )
         if args.background:
-            handle = start_pod_in_background(
-                program, target, options, args.name, self._finish_in_background(program.return_names, args.name)
-            )
-            if isinstance(handle, BackgroundRun):
-                shell.user_ns[args.name] = handle
-                return handle
-            return None  # exported
+            finish = hand_back_later(shell.user_ns, program.return_names, args.name)
+            handle = start_pod_in_background(program, target, options, args.name, finish)
+            return self._bound(args.name, handle) if isinstance(handle, BackgroundRun) else None  # None: exported
         ending = launch_pod(program, target, options, f"%%tpu_train --pod {args.pod}")
         if not isinstance(ending, Ending):
             return None  # exported: the run directory and its commands were printed
-        if ending.error is not None:
-            raise ending.error
-        result = ending.results[0]
-        problem = report_returns(apply_returns(result, shell.user_ns), write_to_sys)
-        if problem is not None:
-            raise problem
-        return result.value if result.has_value else None
+        return hand_back(ending, shell.user_ns)
 
-    def _start_in_background(self, program: CellProgram, options: LaunchOptions, name: str) -> BackgroundRun:
-        handle = start_in_background(program, options, name, self._finish_in_background(program.return_names, name))
+    def _bound(self, name: str, handle: BackgroundRun) -> BackgroundRun:
+        """A background run's handle, bound to `name` in the notebook (and shown as the cell's result)."""
         self._shell.user_ns[name] = handle
         return handle
-
-    def _finish_in_background(self, return_names: tuple[str, ...], name: str) -> Finish:
-        """How a background run's `--return` values reach the notebook: not over a name the user rebound meanwhile."""
-        namespace = self._shell.user_ns
-        launched_with = bindings(namespace, return_names)
-
-        def finish(ending: Ending, write: Write) -> Handback:
-            result = ending.results[0]
-            applied = apply_returns(result, namespace, unless_rebound=launched_with)
-            for kept in applied.kept:
-                write(
-                    "stderr",
-                    f"tpu_nb: kept your `{kept}`: it was rebound while `{name}` ran. The trained value is in {name}.returned[{kept!r}].\n",
-                )
-            problem = report_returns(applied, write)
-            return Handback(result.value if result.has_value else None, applied.returned, problem)
-
-        return finish
 
     @property
     def _shell(self) -> InteractiveShell:
@@ -258,26 +222,6 @@ class TpuMagics(Magics):
             raise UsageError(f"the cell has a syntax error (line {error.lineno}); nothing was started.") from None
 
 
-def report_returns(applied: AppliedReturns, write: Write) -> UsageError | None:
-    """Say what came back; a missing or unpicklable `--return` name is a usage error (returned, to raise)."""
-    for name in applied.updated_in_place:
-        write("stdout", f"tpu_nb: updated `{name}` in place with rank 0's trained weights.\n")
-    problems = [f"--return {name}: the cell did not define `{name}` on rank 0." for name in applied.missing]
-    problems += [f"--return {detail}" for detail in applied.not_transferable]
-    problems += list(applied.lost)
-    if problems:
-        return UsageError("\n".join(problems) + "\nEverything else was returned.")
-    return None
-
-
-def recorded_cells() -> tuple[Cell, ...]:
-    """The running shell's %%tpu_prepare cells (none outside IPython, or before `%load_ext tpu_nb`)."""
-    if not InteractiveShell.initialized():
-        return ()
-    magics = InteractiveShell.instance().magics_manager.registry.get(TpuMagics.__name__)
-    return magics.prepared.cells() if isinstance(magics, TpuMagics) else ()
-
-
 def load(ipython: InteractiveShell) -> None:
     ipython.register_magics(TpuMagics)
 
@@ -290,3 +234,4 @@ def unload(ipython: InteractiveShell) -> None:
     manager.magics["line"].pop("tpu_prepare", None)
     manager.magics["cell"].pop("tpu_prepare", None)
     manager.registry.pop(TpuMagics.__name__, None)
+    RECORDED.clear()  # the recorded cells go with the extension that recorded them

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpu_nb.runtime import Accelerator, Platform, RuntimeInfo
-from tpu_nb.wire.mesh import MeshShape
+from tpu_nb.wire.mesh import MeshError, MeshShape
+
+from .errors import LaunchRefused
 
 NO_COMPILE_CACHE = "off"
 
@@ -14,9 +16,9 @@ NO_COMPILE_CACHE = "off"
 _DEFAULT_CACHE_DIRS = {Platform.COLAB: "/content/tpu_nb_xla_cache", Platform.KAGGLE: "/kaggle/working/tpu_nb_xla_cache"}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LaunchOptions:
-    """Options shared by `%%tpu_train` and `tpu_nb.launch`."""
+    """Options shared by `%%tpu_train`, `tpu_nb.launch` and `tpu_nb.pod.launch`; `from_user` reads them as typed."""
 
     cores: int | None = None
     """Use this many XLA devices instead of all of them."""
@@ -38,6 +40,39 @@ class LaunchOptions:
     """The XLA doctor: why compilations happened and where, host syncs, CPU fallbacks, input waits."""
     compile_cache: str | None = None
     """XLA's persistent compilation cache directory ("off": none; default: a working directory on Colab/Kaggle TPUs)."""
+
+    @classmethod
+    def from_user(
+        cls,
+        *,
+        cores: int | None = None,
+        timeout: float | None = None,
+        all_ranks_output: bool = False,
+        progress: bool = True,
+        all_results: bool = False,
+        stop_grace: float = 5.0,
+        spmd: bool = False,
+        mesh: str | None = None,
+        doctor: bool = True,
+        compile_cache: str | None = None,
+    ) -> LaunchOptions:
+        """The options as the user typed them (the mesh as text, "fsdp=4,tensor=2"); `LaunchRefused` when one cannot be read."""
+        try:
+            mesh_shape = None if mesh is None else MeshShape.parse(mesh)
+        except MeshError as error:
+            raise LaunchRefused(f"tpu_nb did not start the run:\n- {error}") from None
+        return cls(
+            cores=cores,
+            timeout=timeout,
+            all_ranks_output=all_ranks_output,
+            progress=progress,
+            all_results=all_results,
+            stop_grace=stop_grace,
+            spmd=spmd,
+            mesh=mesh_shape,
+            doctor=doctor,
+            compile_cache=compile_cache,
+        )
 
     def problems(self) -> list[str]:
         """What is wrong with these options, each with the fix."""

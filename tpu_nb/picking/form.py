@@ -1,7 +1,7 @@
 """The picker's form as plain values: per-task defaults, suggestions, and the TrainConfig it stands for.
 
 Pure logic (no widgets): the widgets in `tpu_nb.picking.widget` hold these
-values, and the tests drive this module directly.
+values and show what this module decides.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A read-only view of the machine, with injectable roots so tests can fake one.
+"""A read-only view of the machine (/proc, /sys, /dev, the environment, installed packages), from roots one can point elsewhere.
 
 Everything here is stdlib only and never raises for the ordinary untidiness
 of a live system: files that vanish, processes that exit mid-scan, and

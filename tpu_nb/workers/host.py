@@ -13,7 +13,6 @@ to the run's `gs://` location when it has one.
 
 from __future__ import annotations
 
-import json
 import linecache
 import os
 import signal
@@ -21,14 +20,14 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from tpu_nb.runtime.system import installed_version
+from tpu_nb.runtime.versions import release, same_release
 from tpu_nb.wire.host_lines import HostEnded, LineWriter
-from tpu_nb.wire.mesh import MeshShape
 from tpu_nb.wire.results import ExceptionReport, ResultPlaces, index_file, load_exceptions
+from tpu_nb.wire.run_directory import MATCHED_PACKAGES, RESULTS, Cell, Manifest, read_stop, upload, write_group
 from tpu_nb.wire.stop_request import StopRequest
 
 from .output import capture_output, flush_output
@@ -37,58 +36,7 @@ from .supervisor import spawn_workers
 from .tracebacks import format_user_traceback
 from .worker import WorkerPayload
 
-MANIFEST = "manifest.json"
-STOP_FILE = "stop"
-GROUP_FILE = "host.pgid"
-RESULTS = "results"
-MATCHED_PACKAGES = ("torch", "torch_xla")  # a mismatch across hosts or with the notebook breaks the run, or its results
 STOP_POLL_SECONDS = 0.25
-
-
-@dataclass(frozen=True, slots=True)
-class Cell:
-    """A notebook cell as `train.py` holds it: its name, its magic line, its code from line 2."""
-
-    name: str  # "In [3]", as the notebook showed it
-    magic: str  # "%%tpu_prepare", line 1 of the cell as written
-    source: str
-
-    @classmethod
-    def block(cls, name: str, magic: str, source: str) -> Cell:
-        """From `train.py`'s literal, which opens and closes with a newline of its own to read as code."""
-        return cls(name, magic, source.removeprefix("\n").removesuffix("\n"))
-
-    def lines_as_written(self) -> list[str]:
-        return [self.magic + "\n", *(line + "\n" for line in self.source.split("\n"))]
-
-
-@dataclass(frozen=True, slots=True)
-class HostPlan:
-    """The run as the manifest describes it (written by the notebook)."""
-
-    hosts: int
-    devices: int
-    return_names: tuple[str, ...]
-    mesh: MeshShape | None
-    doctor: bool
-    compile_cache: str | None
-    run_url: str | None
-    packages: dict[str, str | None]  # the notebook's versions
-
-    @classmethod
-    def read(cls, path: Path) -> HostPlan:
-        manifest = json.loads(path.read_text())
-        run = manifest["run"]
-        return cls(
-            hosts=int(run["hosts"]),
-            devices=int(run["devices"]),
-            return_names=tuple(run["return_names"]),
-            mesh=None if run["mesh"] is None else MeshShape.parse(run["mesh"]),
-            doctor=bool(run["doctor"]),
-            compile_cache=run["compile_cache"],
-            run_url=run["run_url"],
-            packages=dict(manifest["notebook"]["packages"]),
-        )
 
 
 def run_host(namespace: dict[str, Any], prepared: Sequence[Cell], train: Cell) -> NoReturn:
@@ -112,26 +60,20 @@ def host_index(environ: dict[str, str] | None = None) -> int:
     return 0
 
 
-def version_problem(plan: HostPlan, host: int) -> str | None:
+def version_problem(manifest: Manifest, host: int) -> str | None:
     """What differs from the notebook in the packages every host must match, with the fix."""
     here = {name: installed_version(name) for name in MATCHED_PACKAGES}
-    differ = [
-        name for name in MATCHED_PACKAGES if plan.packages.get(name) is not None and not same_release(here[name], plan.packages[name])
-    ]
+    wanted = {name: version for name in MATCHED_PACKAGES if (version := manifest.packages.get(name)) is not None}
+    differ = [name for name, version in wanted.items() if not same_release(here[name], version)]
     if not differ:
         return None
     found = ", ".join(f"{name} {here[name] or 'not installed'}" for name in differ)
-    wanted = " ".join(f"{name}=={str(plan.packages[name]).split('+')[0]}" for name in differ)
-    return f"host {host} has {found}, unlike the notebook; install the notebook's versions on every host: pip install {wanted}"
-
-
-def same_release(found: str | None, wanted: str | None) -> bool:
-    """Equal but for a local build tag: torch 2.9.0+cpu (Colab) runs the same code as 2.9.0 (PyPI, TPU VMs)."""
-    return found is not None and wanted is not None and found.split("+")[0] == wanted.split("+")[0]
+    install = " ".join(f"{name}=={release(wanted[name])}" for name in differ)
+    return f"host {host} has {found}, unlike the notebook; install the notebook's versions on every host: pip install {install}"
 
 
 def _run_host(run_dir: Path, writer: LineWriter, namespace: dict[str, Any], prepared: Sequence[Cell], train: Cell) -> int:
-    plan = HostPlan.read(run_dir / MANIFEST)
+    plan = Manifest.read(run_dir)
     problem = version_problem(plan, writer.host)
     if problem is not None:
         writer.send(HostEnded("refused", problem))
@@ -139,7 +81,7 @@ def _run_host(run_dir: Path, writer: LineWriter, namespace: dict[str, Any], prep
     capture_output(writer)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # as on one machine (tpu_nb.kernel.environment)
     stop_request = StopRequest(plan.devices)
-    threading.Thread(target=_watch_for_stop, args=(run_dir / STOP_FILE, stop_request), name="tpu_nb-stop-file", daemon=True).start()
+    threading.Thread(target=_watch_for_stop, args=(run_dir, stop_request), name="tpu_nb-stop-file", daemon=True).start()
     for cell in (*prepared, train):
         linecache.cache[cell.name] = (0, None, cell.lines_as_written(), cell.name)  # tracebacks show the cell's lines
     try:
@@ -169,7 +111,7 @@ def _run_host(run_dir: Path, writer: LineWriter, namespace: dict[str, Any], prep
     if plan.run_url is not None and index_file(results, 0).exists():
         destination = f"{plan.run_url.rstrip('/')}/{RESULTS}"
         try:
-            _upload(results, destination)
+            upload(results, destination)
         except (ImportError, ValueError, OSError) as error:  # gcsfs missing, no access, a full disk
             writer.send(
                 HostEnded(
@@ -190,7 +132,7 @@ def _lead_process_group(run_dir: Path) -> bool:
         pass  # a session leader (ssh started us with exec) leads its group already
     if os.getpgrp() != os.getpid():
         return False
-    (run_dir / GROUP_FILE).write_text(str(os.getpid()))
+    write_group(run_dir, os.getpid())
     return True
 
 
@@ -199,24 +141,14 @@ def _end_host() -> None:
     os.killpg(os.getpgrp(), signal.SIGTERM)
 
 
-def _watch_for_stop(path: Path, stop_request: StopRequest) -> None:
+def _watch_for_stop(run_dir: Path, stop_request: StopRequest) -> None:
+    """The notebook's graceful stop, delivered as a file (see `tpu_nb.wire.run_directory`), into this host's stop request."""
     while not stop_request.requested:
         time.sleep(STOP_POLL_SECONDS)
-        try:
-            text = path.read_text().strip()
-        except FileNotFoundError:
+        asked, step = read_stop(run_dir)
+        if not asked:
             continue
-        if text.isdigit():
-            stop_request.request_at(int(text))
+        if step is not None:
+            stop_request.request_at(step)
         else:
             stop_request.request()  # no step known: each host stops one past its furthest rank
-
-
-def _upload(results: Path, url: str) -> None:
-    """Copy rank 0's results to the run's location (gs:// through gcsfs), where the notebook fetches them."""
-    import fsspec
-
-    filesystem, root = fsspec.core.url_to_fs(url)
-    filesystem.makedirs(root, exist_ok=True)
-    for path in sorted(results.iterdir()):
-        filesystem.put_file(str(path), f"{root}/{path.name}")

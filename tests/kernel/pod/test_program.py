@@ -13,11 +13,12 @@ import torch
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from tpu_nb.kernel.pod.program import PodProgram, archive, train_script, write_run_directory
+from tpu_nb.kernel.pod.backends.gke import archive
+from tpu_nb.kernel.pod.program import PodProgram, train_script, write_run_directory
 from tpu_nb.wire.events import Progress, WorkerStarted
 from tpu_nb.wire.host_lines import HostEnded, decode
 from tpu_nb.wire.results import ModuleWeights, load_result
-from tpu_nb.workers.host import Cell
+from tpu_nb.wire.run_directory import Cell
 
 PREPARE = """%%tpu_prepare
 import torch

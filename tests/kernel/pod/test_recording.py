@@ -6,12 +6,13 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from tpu_nb.kernel.pod.recording import IPythonSyntax, PreparedCells, ipython_syntax
-from tpu_nb.workers.host import Cell
+from tpu_nb.kernel.pod.recording import RECORDED, IPythonSyntax, PreparedCells, ipython_syntax
+from tpu_nb.wire.run_directory import Cell
 
 
 def recorded(shell: InteractiveShell) -> tuple[Cell, ...]:
-    return shell.magics_manager.registry["TpuMagics"].prepared.cells()  # type: ignore[no-any-return]
+    """What %%tpu_prepare recorded: the one record the magic and `tpu_nb.pod.launch` read."""
+    return RECORDED.cells()
 
 
 def test_a_prepare_cell_runs_here_and_is_recorded(ip: InteractiveShell) -> None:
@@ -61,3 +62,12 @@ def test_frontend_cell_ids_tell_cells_apart() -> None:
     cells.record(Cell("In [2]", "%%tpu_prepare", "b = 2"), "cell-b")
     cells.record(Cell("In [3]", "%%tpu_prepare", "a = 10"), "cell-a")  # edited and run again
     assert [cell.source for cell in cells.cells()] == ["a = 10", "b = 2"]
+
+
+def test_unloading_the_extension_forgets_its_recordings(ip: InteractiveShell) -> None:
+    with capture_output():
+        ip.run_cell("%%tpu_prepare\nx = 1")
+    assert len(recorded(ip)) == 1
+    ip.run_line_magic("unload_ext", "tpu_nb")
+    ip.run_line_magic("load_ext", "tpu_nb")
+    assert recorded(ip) == ()

@@ -19,7 +19,8 @@ from tpu_nb.kernel.progress.dashboard import (
     Dashboard,
 )
 from tpu_nb.kernel.progress.display import make_display
-from tpu_nb.kernel.progress.state import STALE_AFTER_SECONDS, ProgressSnapshot, ProgressState
+from tpu_nb.kernel.progress.snapshot import STALE_AFTER_SECONDS, ProgressSnapshot
+from tpu_nb.kernel.progress.state import ProgressState
 from tpu_nb.kernel.progress.text import TextProgress
 from tpu_nb.wire.events import Heartbeat, Notice, Progress, WorkerRaised, WorkerStarted
 

@@ -12,22 +12,17 @@ its user (0700, files 0600).
 
 from __future__ import annotations
 
-import datetime
-import io
-import json
 import os
 import platform
 import shutil
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import tpu_nb
 from tpu_nb.runtime.system import installed_version
 from tpu_nb.wire.mesh import MeshShape
-from tpu_nb.workers.host import MANIFEST, RESULTS, Cell
+from tpu_nb.wire.run_directory import RESULTS, STOP_FILE, TRAIN_SCRIPT, Cell, Manifest, RunDirectory
 
-TRAIN_SCRIPT = "train.py"
 RECORDED_PACKAGES = ("torch", "torch_xla", "transformers", "datasets", "accelerate", "peft", "numpy", "tpu_nb")
 
 
@@ -44,50 +39,28 @@ class PodProgram:
     compile_cache: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RunDirectory:
-    """A written run directory."""
-
-    path: Path
-    name: str  # the run's name: also its directory's name on the hosts
-    hosts: int
-    run_url: str | None  # the run's copy at gs://... (results in its results/), if it has one
-    staging: Path | None = None  # a temporary local copy's directory (of a gs:// run), removed when the run ends
-
-
-def write_run_directory(
-    program: PodProgram, path: Path, name: str, hosts: int, devices: int, run_url: str | None = None, staging: Path | None = None
-) -> RunDirectory:
+def write_run_directory(program: PodProgram, path: Path, name: str, hosts: int, devices: int, run_url: str | None = None) -> RunDirectory:
     """Write `train.py`, `manifest.json` and a copy of tpu_nb into `path` (created, private; it must not exist yet)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.mkdir(mode=0o700)
     (path / TRAIN_SCRIPT).write_text(train_script(program, name))
-    manifest = {
-        "format": 1,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "run": {
-            "name": name,
-            "hosts": hosts,
-            "devices": devices,
-            "return_names": list(program.return_names),
-            "mesh": str(program.mesh or MeshShape.default(devices)) if program.spmd else None,
-            "doctor": program.doctor,
-            "compile_cache": program.compile_cache,
-            "run_url": run_url,
-        },
-        "notebook": {"python": platform.python_version(), "packages": notebook_packages()},
-    }
-    (path / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    mesh = (program.mesh or MeshShape.default(devices)) if program.spmd else None
+    Manifest(
+        name,
+        hosts,
+        devices,
+        program.return_names,
+        mesh,
+        program.doctor,
+        program.compile_cache,
+        run_url,
+        platform.python_version(),
+        notebook_packages(),
+    ).write(path)
     package = Path(tpu_nb.__file__).parent
     shutil.copytree(package, path / "tpu_nb", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     _make_private(path)
-    return RunDirectory(path, name, hosts, run_url, staging)
-
-
-def remove_staging(run: RunDirectory) -> None:
-    """Remove a gs:// run's temporary local copy (its cells may hold tokens)."""
-    if run.staging is not None:
-        shutil.rmtree(run.staging, ignore_errors=True)
+    return RunDirectory(path, name, hosts, run_url)
 
 
 def _make_private(path: Path) -> None:
@@ -112,11 +85,12 @@ def train_script(program: PodProgram, name: str) -> str:
 Start it on every host of the TPU slice at once, from this directory:
     PJRT_DEVICE=TPU python3 train.py
 Progress goes to stdout as JSON lines starting with "@tpu_nb "; rank 0 saves
-the cell's value and --return names in {RESULTS}/; a file named "stop" here,
+the cell's value and --return names in {RESULTS}/; a file named "{STOP_FILE}" here,
 holding a step number, stops every worker gracefully at that step.
 """
 
-from tpu_nb.workers.host import Cell, run_host
+from tpu_nb.wire.run_directory import Cell
+from tpu_nb.workers.host import run_host
 
 # The %%tpu_prepare cells, run in this process in order, as the notebook ran them.
 PREPARED = [
@@ -137,35 +111,3 @@ def _cell_literal(cell: Cell) -> str:
     if "'''" not in source and not source.endswith("\\") and "\r" not in source:
         return f"Cell.block({cell.name!r}, {cell.magic!r}, r'''\n{source}\n''')"
     return f"Cell({cell.name!r}, {cell.magic!r}, {source!r})"
-
-
-def archive(directory: RunDirectory) -> bytes:
-    """The run directory as a .tar.gz (for a Kubernetes ConfigMap), paths relative to it."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        tar.add(directory.path, arcname=".", filter=_without_results)
-    return buffer.getvalue()
-
-
-def _without_results(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    return None if member.name.startswith(f"./{RESULTS}") else member
-
-
-def upload(directory: RunDirectory, url: str) -> None:
-    """Copy the run directory to `url` (gs:// through gcsfs; any fsspec URL)."""
-    import fsspec
-
-    filesystem, root = fsspec.core.url_to_fs(url)
-    filesystem.put(str(directory.path), root, recursive=True)
-
-
-def download_results(run_url: str, into: Path) -> Path:
-    """Copy the results host 0 saved under `run_url` (its `results/`) into `into`; the local results directory."""
-    import fsspec
-
-    filesystem, root = fsspec.core.url_to_fs(f"{run_url.rstrip('/')}/{RESULTS}")
-    local = into / RESULTS
-    local.mkdir(parents=True, exist_ok=True)
-    for remote in filesystem.ls(root, detail=False):
-        filesystem.get_file(remote, str(local / Path(remote).name))
-    return local

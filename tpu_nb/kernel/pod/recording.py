@@ -1,8 +1,10 @@
 """The `%%tpu_prepare` cells a kernel ran: the first part of every pod run's program.
 
-A cell run again replaces its earlier run where it stood (the frontend's
-cell id tells it apart; without one, its text does), so editing and
-rerunning a preparation cell does not run it twice on the hosts.
+`RECORDED` is the one record: `%%tpu_prepare` writes it, `%%tpu_train
+--pod` and `tpu_nb.pod.launch` read it. A cell run again replaces its
+earlier run where it stood (the frontend's cell id tells it apart; without
+one, its text does), so editing and rerunning a preparation cell does not
+run it twice on the hosts.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tpu_nb.workers.host import Cell
+from tpu_nb.wire.run_directory import Cell
 
 _IPYTHON_CALL = re.compile(r"\bget_ipython\(\)")
 
@@ -43,6 +45,10 @@ class PreparedCells:
         lines = [f"tpu_nb: {len(self._cells)} recorded cell(s) for pod runs"]
         lines += [f"  {cell.name}: {next(iter(cell.source.strip().splitlines()), '')}" for cell in self._cells.values()]
         return "\n".join(lines)
+
+
+RECORDED = PreparedCells()
+"""This kernel's recorded cells (cleared when the extension is unloaded)."""
 
 
 def ipython_syntax(source: str, transformed: str) -> IPythonSyntax | None:

@@ -9,7 +9,7 @@ import io
 import math
 
 from .html_parts import column_label
-from .state import EVAL_PREFIX, LEARNING_RATE, TRAINING_LOSS, VALIDATION_LOSS, ProgressSnapshot
+from .snapshot import EVAL_PREFIX, LEARNING_RATE, TRAINING_LOSS, VALIDATION_LOSS, ProgressSnapshot
 
 _CHART_POINTS = 1000  # per line: more only slows rendering down, at no visible gain
 _CHART_DPI = 100

@@ -41,7 +41,8 @@ from .html_parts import (
     table_html,
     workers_html,
 )
-from .state import MetricRow, ProgressSnapshot, ProgressState
+from .snapshot import MetricRow, ProgressSnapshot
+from .state import ProgressState
 from .summary import display_summary, summary_bundle
 from .text import format_duration, format_rate, step_text, workers_text
 from .widget_display import display_replaceable

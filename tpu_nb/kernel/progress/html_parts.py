@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from .state import EVAL_PREFIX, TRAINING_LOSS, VALIDATION_LOSS, ProgressSnapshot
+from .snapshot import EVAL_PREFIX, TRAINING_LOSS, VALIDATION_LOSS, ProgressSnapshot
 from .text import HealthLevel, format_bytes, format_duration, format_value, health, health_brief
 
 PILL_TEXT = "#ffffff"

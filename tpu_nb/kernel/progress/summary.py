@@ -24,7 +24,7 @@ from .html_parts import (
     table_html,
     workers_html,
 )
-from .state import ProgressSnapshot
+from .snapshot import ProgressSnapshot
 from .text import diagnosis_text, final_line, final_metrics, format_duration, format_value, health, step_text, workers_text
 
 SUMMARY_TABLE_ROWS = 8

@@ -12,7 +12,9 @@ from typing import Literal, TextIO
 from tpu_nb.wire.events import Diagnosis, Event
 
 from ..status import RunStatus
-from .state import EVAL_PREFIX, TRAINING_LOSS, WARMUP_STEPS, ProgressSnapshot, ProgressState
+from .recompilation import WARMUP_STEPS
+from .snapshot import EVAL_PREFIX, TRAINING_LOSS, ProgressSnapshot
+from .state import ProgressState
 
 HealthLevel = Literal["pending", "stable", "warning"]
 

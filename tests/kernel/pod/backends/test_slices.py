@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpu_nb.kernel.pod.slices import SliceError, TpuSlice, parse_slice
+from tpu_nb.kernel.pod.backends.slices import SliceError, TpuSlice, parse_slice
 
 
 @pytest.mark.parametrize(

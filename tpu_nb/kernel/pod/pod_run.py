@@ -1,4 +1,4 @@
-"""A pod run followed from the notebook: the hosts' JSON lines feed the same dashboard as a local run.
+"""A run on a pod slice, followed from the notebook: the hosts' JSON lines feed the same dashboard as a local run.
 
 The backend (gcloud or kubectl) starts `train.py` on every host and gives
 back one local process whose output is every host's output. Each host's
@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import queue
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -23,58 +24,28 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import IO, Literal, Protocol
+from typing import IO
 
-from tpu_nb.wire.events import Event, Output, Progress, Stopping, WorkerStarted
+from tpu_nb.wire.events import Output, Progress, Stopping, WorkerStarted
 from tpu_nb.wire.host_lines import MAX_LINE_BYTES, HostEnded, decode
 from tpu_nb.wire.limits import cap_text
-from tpu_nb.wire.results import ExceptionReport, load_result
+from tpu_nb.wire.results import ExceptionReport, ResultNotLoaded, load_result
+from tpu_nb.wire.run_directory import RunDirectory
 
-from .. import output as notebook_output
 from ..endings import Died, Ending, Outcome, Raised, Stopped, Succeeded, ending_of
 from ..errors import LaunchRefused
+from ..followed_run import FollowedRun, RunObserver
 from ..options import LaunchOptions
-from ..progress.display import ProgressDisplay, make_display
-from ..runs import RunObserver
-from . import commands
-from .program import RunDirectory, remove_staging
+from ..output import OutputPrinter, Write, write_to_sys
+from ..progress.display import make_display
+from .backends import commands
+from .backends.protocol import PodBackend
 from .reaper import Reaper
 
-POLL_SECONDS = 0.1
 STOP_AHEAD_SECONDS = 10.0  # how far ahead of the last step seen a graceful stop aims: time for the stop to reach every host
 STREAM_END_WAIT = 10.0  # seconds for the backend's stream to end after every host said it ended
 PLAIN_LINES_KEPT = 3  # of the backend's own output, for an error that needs them
 PLAIN_LINE_BYTES = 2000  # of each of them kept (head and tail)
-
-
-class PodBackend(Protocol):
-    """Where a pod run runs: a TPU VM slice through gcloud, or GKE through kubectl."""
-
-    @property
-    def label(self) -> str: ...
-
-    @property
-    def command(self) -> str:
-        """The command-line tool it drives ("gcloud", "kubectl")."""
-        ...
-
-    def start(self, run: RunDirectory) -> subprocess.Popen[bytes]: ...
-
-    def stop(self, run: RunDirectory, step: int | None) -> None: ...
-
-    def kill(self, run: RunDirectory) -> None: ...
-
-    def end(self, run_name: str) -> None:
-        """End run `run_name` everywhere (on every host, in the cluster): this one, or one a dead kernel left."""
-        ...
-
-    def end_commands(self, run_name: str) -> list[list[str]]:
-        """The commands `end` runs (for the reaper, and for the user to run)."""
-        ...
-
-    def fetch_results(self, run: RunDirectory, into: Path) -> Path: ...
-
-    def clean_up(self, run: RunDirectory) -> None: ...
 
 
 class _Lines:
@@ -119,8 +90,8 @@ class _Lines:
         return not any(reader.is_alive() for reader in self._readers) and self._queue.empty()
 
 
-class PodRun:
-    """One run on a pod slice, from its start to its ending; the same life as `tpu_nb.kernel.runs.Run`."""
+class PodRun(FollowedRun):
+    """One run on a pod slice, from its start to its ending; the same life as a run on this machine."""
 
     def __init__(
         self,
@@ -128,21 +99,20 @@ class PodRun:
         run: RunDirectory,
         options: LaunchOptions,
         title: str,
-        write: notebook_output.Write = notebook_output.write_to_sys,
+        write: Write = write_to_sys,
         observers: Sequence[RunObserver] = (),
         runtime_label: str | None = None,
+        staging: Path | None = None,
     ) -> None:
+        super().__init__(options, title, [OutputPrinter(all_ranks=False, write=write), *observers], write)
         self.backend = backend
         self.runtime_label = runtime_label or backend.label
         self.run = run
-        self.options = options
-        self.title = title
-        self._write = write
-        self._observers: list[RunObserver] = [notebook_output.OutputPrinter(all_ranks=False, write=write), *observers]
+        self.staging = staging
+        """A temporary local copy of a gs:// run, removed when the run is over."""
         self._process: subprocess.Popen[bytes] | None = None
         self._reaper: Reaper | None = None
         self._lines: _Lines | None = None
-        self._started_at = 0.0
         self._hosts_started: set[int] = set()
         self._ended_hosts: dict[int, HostEnded] = {}
         self._raised: tuple[int, ExceptionReport] | None = None
@@ -150,14 +120,13 @@ class PodRun:
         self._plain_lines: deque[str] = deque(maxlen=PLAIN_LINES_KEPT)
         self._origins: dict[str, int] = {}  # a host's train.py ("hostname:pid") -> its row
         self._stopping_step: int | None = None
-        self._stop_requested_at: float | None = None
-        self._display: ProgressDisplay | None = None
-        self._stop_reason: Literal["interrupt", "timeout"] | None = None
-        self._kill_requested = False
-        self._ended = False
         self._stream_ended_at: float | None = None
 
-    def start(self) -> None:
+    @property
+    def stopping_note(self) -> str:
+        return "stopping every host at the same step, a few seconds ahead (interrupt again to stop at once)."
+
+    def _start(self) -> None:
         """Show the dashboard, copy the run to the hosts and start it there."""
         if self.options.progress:
             self._display = make_display(self.title, self.runtime_label, self.run.hosts, worker_noun="host")
@@ -167,60 +136,42 @@ class PodRun:
         self._process = self.backend.start(self.run)
         self._reaper.watch_group(self._process.pid)
         self._lines = _Lines(self._process)
-        self._started_at = time.monotonic()
 
-    @property
-    def ended(self) -> bool:
-        return self._ended
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop_requested_at is not None
-
-    @property
-    def stopping_note(self) -> str:
-        return "stopping every host at the same step, a few seconds ahead (interrupt again to stop at once)."
-
-    def poll(self) -> None:
-        assert self._lines is not None and self._process is not None
-        for stream, line in self._lines.take(POLL_SECONDS):
+    def _take_events(self, timeout: float) -> None:
+        assert self._lines is not None
+        for stream, line in self._lines.take(timeout):
             self._on_line(stream, line)
-        if self._ended:
-            return
+
+    def _ended_by_itself(self) -> bool:
+        assert self._lines is not None and self._process is not None
+        if len(self._ended_hosts) < self.run.hosts and not self._lines.finished:
+            return False
         now = time.monotonic()
-        failed = [host for host, ended in self._ended_hosts.items() if ended.status != "done"]
-        if failed:
-            self._end_everywhere()  # the other hosts would wait for the failed one forever
-        elif self._kill_requested:
-            self.kill_now()
-        elif self.options.timeout is not None and now - self._started_at > self.options.timeout:
-            self._stop_reason = "timeout"
-            self._end_everywhere()
-        elif self.stopping and self._stopping_step is None and now - (self._stop_requested_at or now) > self._stop_grace:
-            self._stop_reason = "interrupt"
-            self._end_everywhere()
-        elif len(self._ended_hosts) == self.run.hosts or self._lines.finished:
-            self._stream_ended_at = self._stream_ended_at or now
-            if self._process.poll() is not None or now - self._stream_ended_at > STREAM_END_WAIT:
-                commands.end(self._process)
-                self._ended = True
+        self._stream_ended_at = self._stream_ended_at or now
+        if self._process.poll() is None and now - self._stream_ended_at <= STREAM_END_WAIT:
+            return False  # every host said it ended: give the backend's stream a moment to end too
+        commands.end(self._process)
+        return True
+
+    def _worker_failed(self) -> bool:
+        return any(ended.status != "done" for ended in self._ended_hosts.values())
+
+    def _stop_reached(self) -> bool:
+        return self._stopping_step is not None
 
     @property
     def _stop_grace(self) -> float:
         return self.options.stop_grace + 2 * STOP_AHEAD_SECONDS
 
-    def request_stop(self) -> bool:
-        """Graceful stop: every host stops at the same step, a little ahead. False if one was already asked for."""
-        if self.stopping:
-            return False
-        self._stop_requested_at = time.monotonic()
+    def _ask_to_stop(self) -> None:
+        """Every host stops at the same step, a little ahead; delivered by a helper thread (an ssh to every host takes time)."""
         step = self._stop_step()
         threading.Thread(target=self._send_stop, args=(step,), name="tpu_nb-pod-stop", daemon=True).start()
-        return True
 
     def _stop_step(self) -> int | None:
         if not self._steps:
             return None  # no step seen yet: each host stops one past its furthest rank
+        assert self._started_at is not None
         (first_time, first_step), (last_time, last_step) = self._steps[0], self._steps[-1]
         if last_time - first_time >= 0.5:
             rate = (last_step - first_step) / (last_time - first_time)
@@ -235,24 +186,17 @@ class PodRun:
         except commands.CommandFailed as error:
             self._write("stderr", f"tpu_nb: the stop did not reach every host ({error}); Kill ends the run.\n")
 
-    def request_kill(self) -> None:
-        self._kill_requested = True
+    def _end_everything(self) -> None:
+        """End the run on every host, then the local stream."""
+        assert self._process is not None and self._lines is not None
+        try:
+            self.backend.end(self.run.name)
+        except commands.CommandFailed as error:
+            self._write("stderr", f"tpu_nb: could not end the run on every host ({error}); check them yourself.\n")
+        commands.end(self._process)
+        self._take_events(0)
 
-    def kill_now(self) -> None:
-        self._stop_reason = self._stop_reason or "interrupt"
-        self._end_everywhere()
-
-    def finish(self) -> Ending:
-        assert self._ended, "finish() is for a run that has ended"
-        ending = self._ending()
-        if self._display is not None:
-            self._display.finish(ending.status, ending.text)
-        return ending
-
-    def close(self) -> None:
-        """Leave nothing running on any host, even after an unexpected error in the kernel."""
-        if self._process is not None and not self._ended:
-            self._end_everywhere()
+    def _release(self) -> None:
         if self._process is not None:
             try:
                 self.backend.clean_up(self.run)
@@ -260,25 +204,8 @@ class PodRun:
                 self._write("stderr", f"tpu_nb: could not clean up after the run ({error}).\n")
         if self._reaper is not None:
             self._reaper.release()
-        remove_staging(self.run)
-
-    def _end_everywhere(self) -> None:
-        """End the run on every host, then the local stream; even if the user keeps pressing interrupt."""
-        assert self._process is not None
-        while True:
-            try:
-                self.backend.kill(self.run)
-                break
-            except KeyboardInterrupt:
-                continue
-            except commands.CommandFailed as error:
-                self._write("stderr", f"tpu_nb: could not end the run on every host ({error}); check them yourself.\n")
-                break
-        commands.end(self._process)
-        assert self._lines is not None
-        for stream, line in self._lines.take(0):
-            self._on_line(stream, line)
-        self._ended = True
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)  # a gs:// run's local copy: its cells may hold tokens
 
     def _on_line(self, stream: str, line: str) -> None:
         decoded = decode(line)
@@ -329,12 +256,8 @@ class PodRun:
             self._origins[origin] = claimed if free else min(set(range(len(taken) + 1)) - taken)
         return self._origins[origin]
 
-    def _deliver(self, event: Event) -> None:
-        for observer in self._observers:
-            observer.on_event(event)
-
     def _ending(self) -> Ending:
-        seconds = time.monotonic() - self._started_at
+        seconds = self._seconds
         refused = [(host, ended.detail) for host, ended in sorted(self._ended_hosts.items()) if ended.status == "refused"]
         if refused:
             text = "\n".join(f"- {detail}" for _host, detail in refused)
@@ -365,7 +288,7 @@ class PodRun:
         with tempfile.TemporaryDirectory(prefix="tpu_nb-pod-") as local:
             try:
                 result = load_result(self.backend.fetch_results(self.run, Path(local)), 0)
-            except (commands.CommandFailed, OSError, ValueError) as error:
+            except (commands.CommandFailed, OSError, ValueError, ResultNotLoaded) as error:
                 return Died(0, None, "host 0", seconds, f"finished, but its results could not be fetched ({error})")
             if result is None:
                 return Died(0, None, "host 0", seconds, "finished without saving rank 0's results")

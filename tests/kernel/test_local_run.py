@@ -6,8 +6,9 @@ import pytest
 from support.processes import descendants
 
 from tpu_nb.kernel.errors import LaunchRefused
+from tpu_nb.kernel.followed_run import run_in_foreground
+from tpu_nb.kernel.local_run import Run
 from tpu_nb.kernel.options import LaunchOptions
-from tpu_nb.kernel.runs import Run, run_in_foreground
 from tpu_nb.workers.programs import FunctionProgram
 
 

@@ -90,12 +90,12 @@ def test_refused_when_the_cluster_lacks_the_nodes_or_the_run_a_bucket(
 
 def test_a_graceful_stop_reaches_every_pod_through_kubectl_exec(cluster: SimulatedCluster, tmp_path: Path) -> None:
     from tpu_nb.kernel.options import LaunchOptions
-    from tpu_nb.kernel.pod.following import PodRun
-    from tpu_nb.kernel.pod.gke import GkeSlice
+    from tpu_nb.kernel.pod.backends.gke import GkeSlice
+    from tpu_nb.kernel.pod.backends.slices import parse_slice
+    from tpu_nb.kernel.pod.pod_run import PodRun
     from tpu_nb.kernel.pod.program import PodProgram, write_run_directory
-    from tpu_nb.kernel.pod.slices import parse_slice
     from tpu_nb.wire.events import Event, Progress, Stopping
-    from tpu_nb.workers.host import Cell
+    from tpu_nb.wire.run_directory import Cell
 
     endless = TRAIN.replace("range(10)", "range(100_000)").replace("    report(", "    __import__('time').sleep(0.05)\n    report(")
     program = PodProgram(
@@ -135,7 +135,7 @@ def test_a_graceful_stop_reaches_every_pod_through_kubectl_exec(cluster: Simulat
 def test_pods_that_never_start_are_deleted(
     ip: InteractiveShell, cluster: SimulatedCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr("tpu_nb.kernel.pod.gke.PODS_TIMEOUT", 3.0)
+    monkeypatch.setattr("tpu_nb.kernel.pod.backends.gke.PODS_TIMEOUT", 3.0)
     monkeypatch.setenv("FAKE_KUBECTL_PENDING", "1")
     with capture_output():
         result = ip.run_cell(

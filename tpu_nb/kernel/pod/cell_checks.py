@@ -1,8 +1,8 @@
-"""Notebook cells for a pod run: a `%%tpu_prepare` cell recorded, a `%%tpu_train --pod` cell turned into its program.
+"""The checks a pod run's cells pass before anything starts, and the cells turned into the run's program.
 
 Pure logic beside the IPython glue in `tpu_nb.kernel.magics`: cells come in
 as text with their names, problems go out as `UsageError`s that say what to
-change.
+change (IPython-only lines, names only unrecorded cells defined).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from tpu_nb.wire.mesh import MeshShape
-from tpu_nb.workers.host import Cell
+from tpu_nb.wire.run_directory import Cell
 
+from ..options import LaunchOptions
 from .program import PodProgram
-from .recording import PreparedCells, ipython_syntax
+from .recording import ipython_syntax
 
 PREPARE_MAGIC = "%%tpu_prepare"
 WORKER_NAMES = frozenset({"device", "rank", "world_size", "report", "mesh"})  # what every worker's cell is given
@@ -36,19 +36,11 @@ def check_plain_python(magic: str, source: str, transformed: str) -> None:
 
 
 def pod_program(
-    prepared: PreparedCells,
-    name: str,
-    line: str,
-    cell: str,
-    return_names: tuple[str, ...],
-    spmd: bool,
-    mesh: MeshShape | None,
-    doctor: bool,
-    compile_cache: str | None,
+    prepared: tuple[Cell, ...], name: str, line: str, cell: str, return_names: tuple[str, ...], options: LaunchOptions
 ) -> PodProgram:
     """The program of a `%%tpu_train --pod` cell: the recorded cells, then this one."""
     train = Cell(name, f"%%tpu_train {line}".rstrip(), cell)
-    return PodProgram(prepared.cells(), train, return_names, spmd, mesh, doctor, compile_cache)
+    return PodProgram(prepared, train, return_names, options.spmd, options.mesh, options.doctor, options.compile_cache)
 
 
 def check_names_recorded(prepared: Sequence[Cell], train: Cell, namespace: Mapping[str, Any]) -> None:

@@ -1,22 +1,25 @@
 """A multi-host TPU slice on GKE: a JobSet applied with kubectl, its pods' logs followed, deleted at the end.
 
-The run directory travels in a ConfigMap (`jobset.manifests`); the results,
-which outlive the pods, go to the run's `gs://` location. Not run on a real
-cluster here: tests check the manifest against the JobSet CRD's schema and
-drive this with a fake `kubectl`.
+The run directory travels in a ConfigMap (`jobset.manifests`, packed by
+`archive`); the results, which outlive the pods, go to the run's `gs://`
+location. A graceful stop is the run directory's stop file, written in every
+pod with `kubectl exec`; ending a run deletes its JobSet.
 """
 
 from __future__ import annotations
 
+import io
 import shlex
 import subprocess
+import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpu_nb.wire.run_directory import RESULTS, TRAIN_SCRIPT, RunDirectory, download_results, stop_shell
+
 from . import commands
 from .jobset import RUN_DIR, JobSetSpec, managed_selector, manifests, pod_selector, to_yaml
-from .program import TRAIN_SCRIPT, RunDirectory, archive, download_results
 from .slices import SliceError, TpuSlice
 
 MANIFEST_FILE = "jobset.yaml"
@@ -147,7 +150,7 @@ class GkeSlice:
         return commands.run(self.kubectl("get", "pods", f"--selector={pod_selector(run.name)}", "--output=name")).split()
 
     def stop(self, run: RunDirectory, step: int | None) -> None:
-        write = f"echo {'' if step is None else step} > {RUN_DIR}/stop.partial && mv {RUN_DIR}/stop.partial {RUN_DIR}/stop"
+        write = stop_shell(RUN_DIR, step)
         for pod in self.pods(run):
             commands.run(self.kubectl("exec", pod, "--", "sh", "-c", write))
 
@@ -168,3 +171,15 @@ class GkeSlice:
     def clean_up(self, run: RunDirectory) -> None:
         """Delete the ended JobSet and its ConfigMap (their logs were followed)."""
         self.kill(run)
+
+
+def archive(run: RunDirectory) -> bytes:
+    """The run directory as a .tar.gz (for a Kubernetes ConfigMap), paths relative to it, without results."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(run.path, arcname=".", filter=_without_results)
+    return buffer.getvalue()
+
+
+def _without_results(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    return None if member.name.startswith(f"./{RESULTS}") else member

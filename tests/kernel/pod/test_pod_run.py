@@ -24,11 +24,11 @@ from support.processes import wait_until
 from tpu_nb.kernel.errors import LaunchRefused, TrainingInterrupted, WorkerError
 from tpu_nb.kernel.options import LaunchOptions
 from tpu_nb.kernel.output import Write
-from tpu_nb.kernel.pod.following import PodRun
+from tpu_nb.kernel.pod.backends.tpu_vm import TpuVmSlice
+from tpu_nb.kernel.pod.pod_run import PodRun
 from tpu_nb.kernel.pod.program import PodProgram, write_run_directory
-from tpu_nb.kernel.pod.tpu_vm import TpuVmSlice
 from tpu_nb.wire.events import Event, Heartbeat, Progress, Stopping, WorkerStarted
-from tpu_nb.workers.host import Cell
+from tpu_nb.wire.run_directory import Cell
 
 PREPARE = """\
 import os, time

@@ -14,12 +14,12 @@ import jsonschema
 import pytest
 import yaml
 
-from tpu_nb.kernel.pod import jobset
-from tpu_nb.kernel.pod.jobset import JobSetSpec, manifests, pod_selector, to_yaml, validate_name
-from tpu_nb.kernel.pod.slices import SliceError, parse_slice
+from tpu_nb.kernel.pod.backends import jobset
+from tpu_nb.kernel.pod.backends.jobset import JobSetSpec, manifests, pod_selector, to_yaml, validate_name
+from tpu_nb.kernel.pod.backends.slices import SliceError, parse_slice
 
 # The shared reference schemas sit next to the repository (see shared/schemas/README.md).
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 JOBSET_CRD = REPO_ROOT.parent / "shared" / "schemas" / "jobset.x-k8s.io_jobsets.yaml"
 
 

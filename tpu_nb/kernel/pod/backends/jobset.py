@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from tpu_nb.kernel.pod.slices import SliceError, TpuSlice
+from .slices import SliceError, TpuSlice
 
 CONFIG_DIR = "/tpu_nb_config"
 """Where the ConfigMap holding the run archive is mounted (read-only)."""

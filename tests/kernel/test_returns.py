@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from tpu_nb.kernel.cells import apply_returns, bindings
+from tpu_nb.kernel.returns import apply_returns, bindings
 from tpu_nb.wire.results import ModuleWeights, NotTransferable, RankResult
 from tpu_nb.workers.programs import compile_cell
 

@@ -3,8 +3,8 @@
 Every command goes to all hosts at once (`--worker=all`), as PyTorch/XLA's
 multi-host runtime needs: each host runs `train.py` from its copy of the run
 directory under `~/tpu_nb_runs/`, and the stream of `--worker=all` output is
-what the notebook follows. Not run on a real slice here (no gcloud, no TPU):
-tests drive it with a fake `gcloud` that runs each host as a local process.
+what the notebook follows. A stop and a kill are the run directory's shell
+text (`tpu_nb.wire.run_directory`), run on every host through ssh.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpu_nb.wire.run_directory import RESULTS, TRAIN_SCRIPT, RunDirectory, download_results, kill_shell, stop_shell
+
 from . import commands
-from .program import TRAIN_SCRIPT, RunDirectory, download_results
 from .slices import SliceError, TpuSlice, parse_slice
 
 REMOTE_RUNS = "tpu_nb_runs"  # under each host's home directory, private to its user
@@ -81,20 +82,18 @@ class TpuVmSlice:
 
     def start_command(self, run: RunDirectory) -> list[str]:
         # PJRT_DEVICE: the hosts' TPU unless their environment says otherwise.
-        return self.ssh(f"cd {_remote(run.name)} && PJRT_DEVICE=${{PJRT_DEVICE:-TPU}} exec {self.python} {TRAIN_SCRIPT}")
+        remote = shlex.quote(_remote(run.name))
+        return self.ssh(f"cd {remote} && PJRT_DEVICE=${{PJRT_DEVICE:-TPU}} exec {self.python} {TRAIN_SCRIPT}")
 
     def stop_command(self, run: RunDirectory, step: int | None) -> list[str]:
-        return self.ssh(f"cd {_remote(run.name)} && echo {'' if step is None else step} > stop.partial && mv stop.partial stop")
+        return self.ssh(stop_shell(_remote(run.name), step))
 
     def kill_command(self, run_name: str) -> list[str]:
-        """End run `run_name` on every host: its process group there (host.pgid, see tpu_nb.workers.host)."""
-        return self.ssh(
-            f"cd {_remote(run_name)} 2>/dev/null && test -f host.pgid && group=$(cat host.pgid) && "
-            "{ kill -TERM -- -$group 2>/dev/null; sleep 2; kill -KILL -- -$group 2>/dev/null; }; true"
-        )
+        """End run `run_name` on every host: its process group there."""
+        return self.ssh(kill_shell(_remote(run_name)))
 
     def fetch_command(self, run: RunDirectory, into: Path) -> list[str]:
-        return self.gcloud("scp", "--recurse", f"{self.name}:{REMOTE_RUNS}/{run.name}/results", f"{into}/", "--worker=0")
+        return self.gcloud("scp", "--recurse", f"{self.name}:{_remote(run.name)}/{RESULTS}", f"{into}/", "--worker=0")
 
     def prepare_command(self) -> list[str]:
         """The hosts' runs directory, made private (the cells may hold tokens)."""
@@ -157,12 +156,12 @@ class TpuVmSlice:
         if run.run_url is not None:
             return download_results(run.run_url, into)
         commands.run(self.fetch_command(run, into))
-        return into / "results"
+        return into / RESULTS
 
     def clean_up(self, run: RunDirectory) -> None:
         """Nothing runs on the hosts any more; their copy of the run directory stays for a look."""
 
 
 def _remote(run_name: str) -> str:
-    """The run's directory on a host, quoted for its shell (names are checked too: see `slices.check_pod_name`)."""
-    return shlex.quote(f"{REMOTE_RUNS}/{run_name}")
+    """The run's directory on a host (relative to its home; quoted where a shell reads it, names are checked too)."""
+    return f"{REMOTE_RUNS}/{run_name}"

@@ -6,8 +6,8 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from tpu_nb.kernel.pod.cells import names_from_unrecorded_cells
-from tpu_nb.workers.host import Cell
+from tpu_nb.kernel.pod.cell_checks import names_from_unrecorded_cells
+from tpu_nb.wire.run_directory import Cell
 
 NOTEBOOK = {"model": object(), "tokenizer": object(), "torch": object(), "helper": object(), "_private": 1}
 

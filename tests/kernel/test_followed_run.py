@@ -1,0 +1,137 @@
+"""The one life cycle of every run: a failure, a kill, the timeout, the stop's grace period, a second interrupt.
+
+A scripted run stands in for the processes (local and pod runs are tested
+with real ones in test_local_run.py and pod/test_pod_run.py): this checks
+the policy alone, without waiting for processes.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import pytest
+
+from tpu_nb.kernel.endings import Ending
+from tpu_nb.kernel.followed_run import FollowedRun, run_in_foreground
+from tpu_nb.kernel.options import LaunchOptions
+
+
+class ScriptedRun(FollowedRun):
+    """A run whose processes do what the test says."""
+
+    def __init__(self, options: LaunchOptions, reaches_stop: bool = True) -> None:
+        super().__init__(options, "scripted")
+        self.reaches_stop = reaches_stop
+        self.failed = False
+        self.finished = False
+        self.stop_asked = False
+        self.ended_with: list[str | None] = []
+        self.released = False
+
+    @property
+    def stopping_note(self) -> str:
+        return "stopping"
+
+    def _start(self) -> None:
+        pass
+
+    def _take_events(self, timeout: float) -> None:
+        time.sleep(min(timeout, 0.01))
+
+    def _ended_by_itself(self) -> bool:
+        return self.finished or (self.stop_asked and self.reaches_stop)
+
+    def _worker_failed(self) -> bool:
+        return self.failed
+
+    def _stop_reached(self) -> bool:
+        return self.stop_asked and self.reaches_stop
+
+    def _ask_to_stop(self) -> None:
+        self.stop_asked = True
+
+    def _end_everything(self) -> None:
+        self.ended_with.append(self._stop_reason)
+
+    def _ending(self) -> Ending:
+        status = "done" if self._stop_reason is None else "interrupted" if self._stop_reason == "interrupt" else "timeout"
+        return Ending(status, self._stop_reason, None)
+
+    def _release(self) -> None:
+        self.released = True
+
+
+def follow(run: ScriptedRun, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not run.ended and time.monotonic() < deadline:
+        run.poll()
+
+
+def test_a_failed_worker_ends_every_process_at_once() -> None:
+    run = ScriptedRun(LaunchOptions())
+    run.start()
+    run.failed = True
+    follow(run)
+    assert run.ended and run.ended_with == [None]
+
+
+def test_the_timeout_ends_the_run_as_a_timeout() -> None:
+    run = ScriptedRun(LaunchOptions(timeout=0.2))
+    run.start()
+    follow(run)
+    assert run.ended_with == ["timeout"] and run.finish().status == "timeout"
+
+
+def test_a_kill_asked_from_another_thread_ends_the_run_at_the_next_poll() -> None:
+    run = ScriptedRun(LaunchOptions())
+    run.start()
+    threading.Thread(target=run.request_kill).start()
+    follow(run)
+    assert run.ended_with == ["interrupt"]
+
+
+def test_a_graceful_stop_that_reaches_its_step_ends_the_run_by_itself() -> None:
+    run = ScriptedRun(LaunchOptions(stop_grace=0.2))
+    run.start()
+    assert run.request_stop() and not run.request_stop()  # asked once
+    follow(run)
+    assert run.ended and run.ended_with == []  # nothing had to be ended
+
+
+def test_a_graceful_stop_that_never_reaches_a_step_is_hard_after_its_grace() -> None:
+    run = ScriptedRun(LaunchOptions(stop_grace=0.2), reaches_stop=False)
+    run.start()
+    run.request_stop()
+    started = time.monotonic()
+    follow(run)
+    assert run.ended_with == ["interrupt"] and time.monotonic() - started >= 0.2
+
+
+def test_in_the_foreground_a_second_interrupt_ends_at_once_and_the_run_is_released() -> None:
+    run = ScriptedRun(LaunchOptions(stop_grace=60), reaches_stop=False)
+
+    def interrupt_twice() -> None:
+        for _ in range(2):
+            time.sleep(0.3)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # type: ignore[arg-type]
+
+    threading.Thread(target=interrupt_twice).start()
+    ending = run_in_foreground(run)
+    assert run.stop_asked and run.ended_with == ["interrupt"] and ending.status == "interrupted" and run.released
+
+
+def test_closing_a_run_that_did_not_end_ends_it() -> None:
+    run = ScriptedRun(LaunchOptions())
+    run.start()
+    run.close()
+    assert run.ended_with == ["interrupt"] and run.released
+    never_started = ScriptedRun(LaunchOptions())
+    never_started.close()
+    assert never_started.ended_with == [] and never_started.released
+
+
+def test_finish_is_for_an_ended_run() -> None:
+    with pytest.raises(AssertionError, match="finish\\(\\) is for a run that has ended"):
+        ScriptedRun(LaunchOptions()).finish()

@@ -1,0 +1,51 @@
+"""A pod run's directory, both directions: what the notebook writes is what a host reads."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from support.processes import wait_until
+
+from tpu_nb.wire.mesh import MeshShape
+from tpu_nb.wire.run_directory import GROUP_FILE, Manifest, download_results, kill_shell, read_stop, stop_shell, upload, write_group
+
+
+def test_the_manifest_reads_back_as_written(tmp_path: Path) -> None:
+    manifest = Manifest(
+        "run-1", 2, 8, ("model",), MeshShape.parse("fsdp=8"), True, None, "gs://b/run-1", "3.13.5", {"torch": "2.9.0+cpu", "peft": None}
+    )
+    manifest.write(tmp_path)
+    assert Manifest.read(tmp_path) == manifest
+
+
+def test_a_stop_written_by_the_shell_text_is_read_by_the_host(tmp_path: Path) -> None:
+    assert read_stop(tmp_path) == (False, None)
+    subprocess.run(["sh", "-c", stop_shell(str(tmp_path), 17)], check=True)
+    assert read_stop(tmp_path) == (True, 17)
+    subprocess.run(["sh", "-c", stop_shell(str(tmp_path), None)], check=True)
+    assert read_stop(tmp_path) == (True, None)  # no step known: each host's own next one
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_the_kill_text_ends_the_process_group_the_host_wrote(tmp_path: Path) -> None:
+    group = subprocess.Popen(["sh", "-c", "sleep 600 & sleep 600; wait"], start_new_session=True)
+    write_group(tmp_path, group.pid)
+    assert (tmp_path / GROUP_FILE).read_text() == str(group.pid)
+    subprocess.run(["sh", "-c", kill_shell(str(tmp_path))], check=True, timeout=30)
+    assert wait_until(lambda: group.poll() is not None, 10)
+    assert group.returncode == -signal.SIGTERM
+    subprocess.run(["sh", "-c", kill_shell(str(tmp_path / "no-such-run"))], check=True)  # nothing there: nothing to do
+
+
+def test_a_directory_travels_to_a_url_and_its_results_back(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "results").mkdir(parents=True)
+    (run / "train.py").write_text("print(1)")
+    (run / "results" / "result-0.json").write_text("{}")
+    upload(run, f"file://{tmp_path}/bucket/run")
+    assert (tmp_path / "bucket" / "run" / "train.py").read_text() == "print(1)"
+    fetched = download_results(f"file://{tmp_path}/bucket/run", tmp_path / "back")
+    assert sorted(os.listdir(fetched)) == ["result-0.json"]

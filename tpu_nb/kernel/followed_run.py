@@ -1,0 +1,197 @@
+"""A run the notebook follows, on this machine or on a pod slice: one life cycle, one stop/kill/timeout policy.
+
+The thread that follows a run (the main thread for a foreground cell, a
+helper thread for a background run) calls `start`, `poll` until `ended`,
+`finish` and `close`; any other thread may only ask, through `request_stop`
+and `request_kill`. The first interrupt asks every worker to stop at a step
+they all reach; when none gets there within the grace period, on a second
+interrupt, a kill, the timeout, or when one worker failed (the others would
+wait for it forever in a collective), every process is ended at once.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Literal, Protocol
+
+from tpu_nb.wire.events import Event
+
+from .endings import Ending
+from .options import LaunchOptions
+from .output import Write, write_to_sys
+from .progress.display import ProgressDisplay
+
+POLL_SECONDS = 0.1
+
+StopReason = Literal["interrupt", "timeout"]
+
+
+class RunObserver(Protocol):
+    """Gets every event of a run, in the kernel, in order."""
+
+    def on_event(self, event: Event) -> None: ...
+
+
+class FollowedRun(ABC):
+    """The life of one run; subclasses say how its processes start, report, stop and end."""
+
+    def __init__(self, options: LaunchOptions, title: str, observers: Sequence[RunObserver] = (), write: Write = write_to_sys) -> None:
+        self.options = options
+        self.title = title
+        self._write = write
+        self._observers: list[RunObserver] = list(observers)
+        self._display: ProgressDisplay | None = None
+        self._started_at: float | None = None
+        self._stop_requested_at: float | None = None
+        self._kill_requested = False
+        self._stop_reason: StopReason | None = None
+        self._ended = False
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    @property
+    def stopping(self) -> bool:
+        """A graceful stop was asked for."""
+        return self._stop_requested_at is not None
+
+    @property
+    @abstractmethod
+    def stopping_note(self) -> str:
+        """What the user is told after a first interrupt."""
+
+    def start(self) -> None:
+        """Check, show the dashboard, start the processes: `LaunchRefused` (nothing started) when something is wrong."""
+        self._start()
+        self._started_at = time.monotonic()
+
+    def poll(self) -> None:
+        """Deliver events for a moment; notice the end; apply a failure, a kill, the timeout or the stop's grace period."""
+        self._take_events(POLL_SECONDS)
+        if not self._ended and self._ended_by_itself():
+            self._ended = True
+        if self._ended:
+            return
+        assert self._started_at is not None, "poll() is for a started run"
+        now = time.monotonic()
+        if self._worker_failed():
+            self._end_now(None)
+        elif self._kill_requested:
+            self._end_now("interrupt")
+        elif self.options.timeout is not None and now - self._started_at > self.options.timeout:
+            self._end_now("timeout")
+        elif self._stop_requested_at is not None and not self._stop_reached() and now - self._stop_requested_at > self._stop_grace:
+            # No step boundary in time (a loop without report(), a long compilation): stop hard.
+            self._end_now("interrupt")
+
+    def request_stop(self) -> bool:
+        """Graceful stop (any thread); False if one was already asked for."""
+        if self.stopping:
+            return False
+        self._stop_requested_at = time.monotonic()
+        self._ask_to_stop()
+        return True
+
+    def request_kill(self) -> None:
+        """Hard stop (any thread): the following thread ends every process at its next poll."""
+        self._kill_requested = True
+
+    def kill_now(self) -> None:
+        """Hard stop from the following thread itself (a second interrupt)."""
+        self._end_now("interrupt")
+
+    def finish(self) -> Ending:
+        """How the run ended, once `ended`; the dashboard shows it too."""
+        assert self._ended, "finish() is for a run that has ended"
+        ending = self._ending()
+        if self._display is not None:
+            self._display.finish(ending.status, ending.text)
+        return ending
+
+    def close(self) -> None:
+        """Leave nothing running (after an unexpected error too) and free what the run held."""
+        if self._started_at is not None and not self._ended:
+            self._end_now("interrupt")
+        self._release()
+
+    def _end_now(self, reason: StopReason | None) -> None:
+        """End every process now, even if the user keeps pressing interrupt. `reason` None: a worker failed."""
+        if self._stop_reason is None and reason is not None:
+            self._stop_reason = reason
+        while True:
+            try:
+                self._end_everything()
+                break
+            except KeyboardInterrupt:
+                continue
+        self._ended = True
+
+    def _deliver(self, event: Event) -> None:
+        for observer in self._observers:
+            observer.on_event(event)
+
+    @property
+    def _stop_grace(self) -> float:
+        """Seconds a graceful stop may take before the run is ended hard."""
+        return self.options.stop_grace
+
+    @property
+    def _seconds(self) -> float:
+        return 0.0 if self._started_at is None else time.monotonic() - self._started_at
+
+    @abstractmethod
+    def _start(self) -> None:
+        """Check and start the processes (the dashboard, if any, first)."""
+
+    @abstractmethod
+    def _take_events(self, timeout: float) -> None:
+        """Deliver what the processes sent within `timeout` seconds."""
+
+    @abstractmethod
+    def _ended_by_itself(self) -> bool:
+        """The processes ended without being ended (success, a failure, a death); take what they left."""
+
+    @abstractmethod
+    def _worker_failed(self) -> bool:
+        """A worker (or host) failed, so the others must be ended."""
+
+    @abstractmethod
+    def _stop_reached(self) -> bool:
+        """The graceful stop reached its step boundary (so the grace period no longer applies)."""
+
+    @abstractmethod
+    def _ask_to_stop(self) -> None:
+        """Deliver the graceful stop to the processes."""
+
+    @abstractmethod
+    def _end_everything(self) -> None:
+        """End every process of the run and take what they sent until then."""
+
+    @abstractmethod
+    def _ending(self) -> Ending:
+        """How the run ended, in words and as the notebook's exception (`endings.ending_of`)."""
+
+    @abstractmethod
+    def _release(self) -> None:
+        """Free what the run held once it is over: files, the kernel's one-run slot, helper processes."""
+
+
+def run_in_foreground(run: FollowedRun) -> Ending:
+    """Run in this thread. The first interrupt stops gracefully, a second one at once."""
+    try:
+        run.start()
+        while not run.ended:
+            try:
+                run.poll()
+            except KeyboardInterrupt:
+                if run.request_stop():
+                    print(f"tpu_nb: {run.stopping_note}", file=sys.stderr)
+                else:
+                    run.kill_now()
+        return run.finish()
+    finally:
+        run.close()

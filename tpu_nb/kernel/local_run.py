@@ -1,0 +1,160 @@
+"""A run on this machine: checks, the forked supervisor and its workers, their events, their ending.
+
+`Run` is the only owner of a run's state; its life (stops, kills, the
+timeout) is `FollowedRun`'s. One run at a time per kernel: TPU devices
+cannot be shared between two sets of workers.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Sequence
+from typing import ClassVar
+
+from tpu_nb.runtime import detect
+from tpu_nb.wire.events import Event, Stopping, WorkerRaised, WorkerStarted
+from tpu_nb.wire.stop_request import StopRequest
+from tpu_nb.workers.programs import Program
+
+from .endings import Died, Ending, Outcome, Stopped, collect, ending_of
+from .followed_run import FollowedRun, RunObserver
+from .options import LaunchOptions
+from .output import OutputPrinter, Write, write_to_sys
+from .preflight import check_can_launch
+from .processes import WorkerProcesses
+from .progress.display import make_display
+
+
+class _EventFacts:
+    """What the kernel learns about the workers from their events."""
+
+    def __init__(self) -> None:
+        self.ranks_by_pid: dict[int, int] = {}
+        self.world_size: int | None = None
+        self.first_raising_rank: int | None = None
+        self.last_step: int | None = None  # rank 0's
+        self.stopping_step: int | None = None  # where rank 0 stopped gracefully
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, WorkerStarted):
+            self.ranks_by_pid[event.pid] = event.rank
+            self.world_size = event.world_size
+        elif isinstance(event, WorkerRaised) and self.first_raising_rank is None:
+            self.first_raising_rank = event.rank
+        elif isinstance(event, Stopping) and event.rank == 0:
+            self.stopping_step = event.step
+        step = getattr(event, "step", None)
+        if step is not None and getattr(event, "rank", None) == 0:
+            self.last_step = step
+
+
+class Run(FollowedRun):
+    """One launch on this machine, from its checks to its ending."""
+
+    _alive: ClassVar[Run | None] = None
+
+    def __init__(
+        self,
+        program: Program,
+        options: LaunchOptions,
+        title: str,
+        observers: Sequence[RunObserver] = (),
+        write: Write = write_to_sys,
+    ) -> None:
+        super().__init__(options, title, observers, write)
+        self.program = program
+        self._processes = WorkerProcesses()
+        self._facts = _EventFacts()
+        self._stop_request: StopRequest | None = None
+
+    @classmethod
+    def alive(cls) -> str | None:
+        """The title of the run alive in this kernel, if any."""
+        return None if cls._alive is None else cls._alive.title
+
+    @property
+    def stopping_note(self) -> str:
+        return f"stopping after the next step every worker reaches (within {self.options.stop_grace:g}s; interrupt again to stop at once)."
+
+    def _start(self) -> None:
+        info = detect()
+        environment = check_can_launch(info, self.options, running=Run.alive())
+        for note in environment.notes:
+            self._write("stderr", note + "\n")
+        if self.options.progress:
+            workers = 1 if self.options.spmd else environment.devices  # SPMD: one worker drives them all
+            self._display = make_display(self.title, info.label, workers)
+        shown_after: list[RunObserver] = [self._display] if self._display is not None else []
+        self._observers = [OutputPrinter(self.options.all_ranks_output, self._write), self._facts, *self._observers, *shown_after]
+        self._stop_request = StopRequest(environment.devices)
+        Run._alive = self
+        try:
+            mesh = self.options.mesh_for(environment.devices) if self.options.spmd else None
+            self._processes.start(
+                self.program,
+                environment,
+                self._stop_request,
+                self.options.all_results,
+                mesh,
+                doctor=self.options.doctor,
+                compile_cache=self.options.compile_cache_for(info),
+            )
+        except BaseException:
+            Run._alive = None
+            raise
+
+    def _take_events(self, timeout: float) -> None:
+        for event in self._processes.read(timeout):
+            self._deliver(event)
+
+    def _ended_by_itself(self) -> bool:
+        if self._processes.exit_status is None:
+            return False
+        self._deliver_rest()
+        if self._processes.group_alive:
+            self._processes.end()  # processes a worker started and left behind
+        return True
+
+    def _worker_failed(self) -> bool:
+        return self._facts.first_raising_rank is not None
+
+    def _stop_reached(self) -> bool:
+        return self._facts.stopping_step is not None
+
+    def _ask_to_stop(self) -> None:
+        if self._stop_request is not None:
+            self._stop_request.request()
+
+    def _end_everything(self) -> None:
+        self._processes.end()
+        self._deliver_rest()
+
+    def _ending(self) -> Ending:
+        return ending_of(self._outcome())
+
+    def _release(self) -> None:
+        self._processes.close()
+        if Run._alive is self:
+            Run._alive = None
+
+    def _outcome(self) -> Outcome:
+        seconds = self._seconds
+        if self._stop_reason is not None:
+            return Stopped(self._stop_reason, seconds, self._facts.last_step)
+        facts = self._facts
+        ranks = list(range(facts.world_size or 1)) if self.options.all_results else [0]
+        # None only if the supervisor could not be reaped even after SIGKILL
+        # (stuck in uninterruptible I/O on a device): say it was killed.
+        exit_status = self._processes.exit_status
+        exit_status = -signal.SIGKILL if exit_status is None else exit_status
+        assert self._processes.places is not None
+        outcome = collect(
+            self._processes.places.run_dir, facts.ranks_by_pid, facts.first_raising_rank, exit_status, ranks, seconds, facts.stopping_step
+        )
+        if isinstance(outcome, Died):
+            self._processes.keep = outcome.kept
+        return outcome
+
+    def _deliver_rest(self) -> None:
+        for event in self._processes.read_rest():
+            self._deliver(event)

@@ -1,0 +1,105 @@
+"""`tpu_nb.pod`'s work: run code or a function on a pod slice from Python, and read a run's results.
+
+`tpu_nb/pod.py` is the public face; this module does what it asks, through
+the same start as `%%tpu_train --pod` (`starting.launch_pod`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import tempfile
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+
+from tpu_nb.wire.results import ModuleWeights, RankResult, ResultNotLoaded, load_result
+from tpu_nb.wire.run_directory import RESULTS, Cell, RunDirectory, download_results
+
+from ..endings import Ending
+from ..errors import LaunchRefused
+from ..options import LaunchOptions
+from .program import PodProgram
+from .slice_checks import PodTarget, is_remote
+from .starting import launch_pod
+
+
+@dataclass(frozen=True, slots=True)
+class PodResult:
+    """What `tpu_nb.pod.launch` gives back: rank 0's value and its `returns` (a module as its state dict)."""
+
+    value: Any
+    returned: dict[str, Any]
+
+
+def launch_function(
+    train: str | Callable[[], Any],
+    target: PodTarget,
+    options: LaunchOptions,
+    returns: tuple[str, ...],
+    prepared: tuple[Cell, ...],
+) -> PodResult | RunDirectory:
+    """`tpu_nb.pod.launch`: `train` is the training cell's code, or a function (its source is sent, then it is called)."""
+    if callable(train):
+        try:
+            source = textwrap.dedent(inspect.getsource(train))
+        except (OSError, TypeError) as error:
+            raise LaunchRefused(
+                f"tpu_nb did not start the pod run:\n- its source cannot be read ({error}): pass the code as a string."
+            ) from None
+        name = getattr(train, "__name__", "train")
+        code, title = f"{source}\n{name}()", f"tpu_nb.pod.launch({name})"
+    else:
+        code, title = train, "tpu_nb.pod.launch"
+    program = PodProgram(
+        prepared,
+        Cell("tpu_nb.pod.launch", "# tpu_nb.pod.launch", code),
+        returns,
+        options.spmd,
+        options.mesh,
+        options.doctor,
+        options.compile_cache,
+    )
+    ending = launch_pod(program, target, options, title)
+    if not isinstance(ending, Ending):
+        return ending
+    if ending.error is not None:
+        raise ending.error
+    result = ending.results[0]
+    problems = [f"returns: the code did not define `{name}` on rank 0." for name in result.missing]
+    problems += [lost.explain() for lost in result.lost]
+    if problems:
+        raise UsageError("\n".join(problems) + "\nEverything else came back.")
+    return pod_result(result)
+
+
+def pod_result(result: RankResult) -> PodResult:
+    returned = {name: value.state_dict if isinstance(value, ModuleWeights) else value for name, value in result.returned.items()}
+    return PodResult(result.value, returned)
+
+
+def read_results(run_dir: str, weights_only: bool = False) -> PodResult:
+    """Rank 0's results from a run directory (local or gs://) that host 0 saved them in.
+
+    Module weights load without unpickling; other values are unpickled unless
+    `weights_only` (then they stand as `NotTransferable`).
+    """
+    if is_remote(run_dir):
+        with tempfile.TemporaryDirectory(prefix="tpu_nb-pod-") as local:
+            try:
+                fetched = download_results(run_dir, Path(local))
+            except (ImportError, OSError, ValueError) as error:  # gcsfs missing, no access, no such run
+                raise UsageError(f"could not read the results at {run_dir} ({type(error).__name__}: {error}).") from None
+            return read_results(str(fetched.parent), weights_only)
+    try:
+        result = load_result(Path(run_dir) / RESULTS, 0, pickled=not weights_only)
+    except ResultNotLoaded as error:
+        raise UsageError(f"rank 0's results in {run_dir} cannot be read: {error}") from None
+    if result is None:
+        raise UsageError(
+            f"{run_dir} holds no results of rank 0 ({RESULTS}/result-0.json): has the run ended, and was {RESULTS}/ copied back?"
+        )
+    return pod_result(result)

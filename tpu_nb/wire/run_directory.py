@@ -1,0 +1,164 @@
+"""A pod run's directory: the format the notebook writes and every host reads, in both directions.
+
+    <run>/train.py        the recorded cells and the training cell as one program (`TRAIN_SCRIPT`)
+    <run>/manifest.json   the run's options and the notebook's versions (`Manifest`)
+    <run>/tpu_nb/         a copy of tpu_nb, so the hosts need only torch, torch_xla and the cells' libraries
+    <run>/stop            the graceful stop, delivered to every host: the step to stop at (`stop_shell`)
+    <run>/host.pgid       the process group a host's run leads, for the hard stop (`kill_shell`)
+    <run>/results/        rank 0's results (`tpu_nb.wire.results`), copied to the run's gs:// location
+
+The notebook writes the directory (`tpu_nb.kernel.pod.program`), copies it
+to the hosts and writes `stop` there through gcloud or kubectl; each host's
+`train.py` (`tpu_nb.workers.host`) reads the manifest, watches for `stop`
+and writes `host.pgid` and `results/`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .mesh import MeshShape
+
+TRAIN_SCRIPT = "train.py"
+MANIFEST = "manifest.json"
+STOP_FILE = "stop"
+GROUP_FILE = "host.pgid"
+RESULTS = "results"
+MATCHED_PACKAGES = ("torch", "torch_xla")
+"""Packages every host must have at the notebook's version: a mismatch breaks the run, or its results."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """A notebook cell as `train.py` holds it: its name, its magic line, its code from line 2."""
+
+    name: str  # "In [3]", as the notebook showed it
+    magic: str  # "%%tpu_prepare", line 1 of the cell as written
+    source: str
+
+    @classmethod
+    def block(cls, name: str, magic: str, source: str) -> Cell:
+        """From `train.py`'s literal, which opens and closes with a newline of its own to read as code."""
+        return cls(name, magic, source.removeprefix("\n").removesuffix("\n"))
+
+    def lines_as_written(self) -> list[str]:
+        return [self.magic + "\n", *(line + "\n" for line in self.source.split("\n"))]
+
+
+@dataclass(frozen=True, slots=True)
+class RunDirectory:
+    """A written run directory, and where its copy lives on the hosts' side."""
+
+    path: Path
+    name: str  # the run's name: also its directory's name on the hosts
+    hosts: int
+    run_url: str | None  # the run's copy at gs://... (results in its results/), if it has one
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """`manifest.json`: the run as the notebook planned it, and the notebook's package versions."""
+
+    name: str
+    hosts: int
+    devices: int
+    return_names: tuple[str, ...]
+    mesh: MeshShape | None  # an SPMD run's mesh
+    doctor: bool
+    compile_cache: str | None
+    run_url: str | None
+    python: str
+    packages: dict[str, str | None]  # the notebook's versions
+
+    def write(self, directory: Path) -> None:
+        record = {
+            "format": 1,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "run": {
+                "name": self.name,
+                "hosts": self.hosts,
+                "devices": self.devices,
+                "return_names": list(self.return_names),
+                "mesh": None if self.mesh is None else str(self.mesh),
+                "doctor": self.doctor,
+                "compile_cache": self.compile_cache,
+                "run_url": self.run_url,
+            },
+            "notebook": {"python": self.python, "packages": self.packages},
+        }
+        (directory / MANIFEST).write_text(json.dumps(record, indent=2) + "\n")
+
+    @classmethod
+    def read(cls, directory: Path) -> Manifest:
+        record: dict[str, Any] = json.loads((directory / MANIFEST).read_text())
+        run, notebook = record["run"], record["notebook"]
+        return cls(
+            name=str(run["name"]),
+            hosts=int(run["hosts"]),
+            devices=int(run["devices"]),
+            return_names=tuple(run["return_names"]),
+            mesh=None if run["mesh"] is None else MeshShape.parse(run["mesh"]),
+            doctor=bool(run["doctor"]),
+            compile_cache=run["compile_cache"],
+            run_url=run["run_url"],
+            python=str(notebook["python"]),
+            packages=dict(notebook["packages"]),
+        )
+
+
+def stop_shell(directory: str, step: int | None) -> str:
+    """Shell text that delivers a graceful stop to a host: `stop` holding the step (empty: each host's own next step)."""
+    stop = shlex.quote(f"{directory}/{STOP_FILE}")
+    return f"echo {'' if step is None else int(step)} > {stop}.partial && mv {stop}.partial {stop}"
+
+
+def read_stop(directory: Path) -> tuple[bool, int | None]:
+    """On a host: (stop asked for, at which step or None for "one past the furthest rank")."""
+    try:
+        text = (directory / STOP_FILE).read_text().strip()
+    except FileNotFoundError:
+        return False, None
+    return True, int(text) if text.isdigit() else None
+
+
+def kill_shell(directory: str) -> str:
+    """Shell text that ends a host's run at once: its process group (`host.pgid`), SIGTERM then SIGKILL."""
+    return (
+        f"cd {shlex.quote(directory)} 2>/dev/null && test -f {GROUP_FILE} && group=$(cat {GROUP_FILE}) && "
+        # `kill -SIG -PGID`, without `--`: dash (Debian's sh) refuses `--` there, bash takes both.
+        "{ kill -TERM -$group 2>/dev/null; sleep 2; kill -KILL -$group 2>/dev/null; }; true"
+    )
+
+
+def write_group(directory: Path, pgid: int) -> None:
+    """On a host: the process group its run leads, for `kill_shell`."""
+    (directory / GROUP_FILE).write_text(str(pgid))
+
+
+def upload(local: Path, url: str) -> None:
+    """Copy a directory (the run, or a host's results) to `url` (gs:// through gcsfs; any fsspec URL)."""
+    import fsspec
+
+    filesystem, root = fsspec.core.url_to_fs(url)
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            target = f"{root}/{path.relative_to(local).as_posix()}"
+            filesystem.makedirs(target.rsplit("/", 1)[0], exist_ok=True)  # a bucket has no directories: nothing to do there
+            filesystem.put_file(str(path), target)
+
+
+def download_results(run_url: str, into: Path) -> Path:
+    """Copy the results host 0 saved under `run_url` (its `results/`) into `into`; the local results directory."""
+    import fsspec
+
+    filesystem, root = fsspec.core.url_to_fs(f"{run_url.rstrip('/')}/{RESULTS}")
+    local = into / RESULTS
+    local.mkdir(parents=True, exist_ok=True)
+    for remote in filesystem.ls(root, detail=False):
+        filesystem.get_file(remote, str(local / Path(remote).name))
+    return local
