@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -131,3 +132,4 @@ def test_a_kernel_restarted_during_a_gke_run_deletes_its_jobset(tmp_path: Path, 
         assert wait_until(lambda: cluster.objects() == [], 60), cluster.objects()
         assert wait_until(lambda: cluster.live_processes() == [], 30), cluster.live_processes()
         assert wait_until(lambda: reapers() == [], 30)
+        assert not list(Path(tempfile.gettempdir()).glob(f"tpu_nb-pod-{kernel.pid}-*"))  # the gs:// run's local copy went too

@@ -21,14 +21,14 @@ from support.mounts import in_namespace
 
 SETUP = """
 %load_ext tpu_nb
-import glob, tempfile, torch, tpu_nb
+import glob, os, tempfile, torch, tpu_nb
 torch.manual_seed(0)
 model = torch.nn.Linear(5000, 5000)  # 100 MB of weights
 def two_hundred_mb():
     return {"weights": torch.ones(50_000_000)}
 """
 
-LEFT_BEHIND = "print(glob.glob('/dev/shm/tpu_nb-*') + glob.glob(tempfile.gettempdir() + '/tpu_nb-results-*'))"
+LEFT_BEHIND = "print(glob.glob(f'/dev/shm/tpu_nb-{os.getpid()}-*') + glob.glob(f'{tempfile.gettempdir()}/tpu_nb-results-{os.getpid()}-*'))"
 
 
 def small_shm_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, temp_size: str | None) -> Iterator[Kernel]:

@@ -23,6 +23,7 @@ from tpu_nb.workers.supervisor import prepare_to_fork, supervise
 from tpu_nb.workers.worker import WorkerPayload
 
 from . import forking
+from .leftovers import private_directory
 
 TERMINATE_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
 KILL_WAIT = 10.0  # seconds for SIGKILLed processes to disappear
@@ -153,13 +154,13 @@ def _signal_group(pgid: int, signum: int) -> None:
 def make_places() -> ResultPlaces:
     """A private run directory in shared memory (/dev/shm, when it has room), and one on local disk for results that do not fit.
 
-    Both are created empty now (0700, random names), so no other user can
-    claim them before a worker writes there.
+    Both are created empty now (0700, random names, see `leftovers`), so no
+    other user can claim them before a worker writes there.
     """
     shm = Path("/dev/shm")
-    in_memory = shm.is_dir() and os.access(shm, os.W_OK) and free_bytes(shm) >= MIN_SHARED_MEMORY
-    run_dir = Path(tempfile.mkdtemp(prefix="tpu_nb-", dir=shm if in_memory else None))
     disk = Path(tempfile.gettempdir())
+    in_memory = shm.is_dir() and os.access(shm, os.W_OK) and free_bytes(shm) >= MIN_SHARED_MEMORY
+    run_dir = private_directory("", shm if in_memory else disk)
     if not in_memory or disk.stat().st_dev == shm.stat().st_dev:
         return ResultPlaces(run_dir)  # the run dir is on that disk already
-    return ResultPlaces(run_dir, (Path(tempfile.mkdtemp(prefix="tpu_nb-results-", dir=disk)),))
+    return ResultPlaces(run_dir, (private_directory("results", disk),))

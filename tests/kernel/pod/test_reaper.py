@@ -22,11 +22,13 @@ def alive(pid: int) -> bool:
 
 def test_a_kernel_that_dies_leaves_its_run_to_the_reaper(tmp_path: Path) -> None:
     ended = tmp_path / "ended-everywhere"
+    local_copy = tmp_path / "tpu_nb-pod-1-x"
+    local_copy.mkdir()
     read_fd, write_fd = os.pipe()
     kernel = os.fork()
     if kernel == 0:  # the kernel: starts the reaper and the backend's command, then dies without a word
         try:
-            reaper = Reaper.start([["touch", str(ended)]])
+            reaper = Reaper.start([["touch", str(ended)]], remove=[str(local_copy)])
             command = subprocess.Popen(["sleep", "600"], start_new_session=True)
             reaper.watch_group(command.pid)
             os.write(write_fd, f"{reaper.pid} {command.pid}\n".encode())
@@ -39,6 +41,7 @@ def test_a_kernel_that_dies_leaves_its_run_to_the_reaper(tmp_path: Path) -> None
     os.waitpid(kernel, 0)
     assert wait_until(lambda: ended.exists(), 30)  # the commands that end the run everywhere ran
     assert wait_until(lambda: not alive(command_pid), 10)  # and the local command's group was ended
+    assert wait_until(lambda: not local_copy.exists(), 10)  # and the run's local copy removed
     assert wait_until(lambda: not alive(reaper_pid), 10)
 
 

@@ -132,7 +132,7 @@ class PodRun(FollowedRun):
             self._display = make_display(self.title, self.runtime_label, self.run.hosts, worker_noun="host")
             self._observers.append(self._display)
         # First: if the kernel dies from here on, the reaper ends the run everywhere.
-        self._reaper = Reaper.start(self.backend.end_commands(self.run.name))
+        self._reaper = Reaper.start(self.backend.end_commands(self.run.name), remove=[str(self.staging)] if self.staging else [])
         self._process = self.backend.start(self.run)
         self._reaper.watch_group(self._process.pid)
         self._lines = _Lines(self._process)

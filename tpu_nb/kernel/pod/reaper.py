@@ -5,8 +5,8 @@ pod run lives on other machines: the hosts' processes, a JobSet holding TPUs.
 So each pod run starts a reaper first. It reads a pipe from the kernel until
 the kernel says the run ended ("done"), or until the pipe closes without a
 word, which happens however the kernel goes (an exit, a restart, SIGKILL):
-then it ends the local command's process group and runs the backend's
-commands that end the run everywhere.
+then it ends the local command's process group, runs the backend's
+commands that end the run everywhere, and removes the run's local copy.
 
 It runs in its own session (Jupyter's restart signals the kernel's group,
 not it) with only the standard library, from this file.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,10 +34,11 @@ class Reaper:
         self._process = process
 
     @classmethod
-    def start(cls, end_commands: Sequence[Sequence[str]]) -> Reaper:
-        """Start the reaper with the commands that end the run everywhere (before the run starts: nothing is left unwatched)."""
+    def start(cls, end_commands: Sequence[Sequence[str]], remove: Sequence[str] = ()) -> Reaper:
+        """Start the reaper with the commands that end the run everywhere and the local files to remove (before the run starts)."""
+        orders = {"end": [list(command) for command in end_commands], "remove": list(remove)}
         process = subprocess.Popen(
-            [sys.executable, "-I", __file__, json.dumps([list(command) for command in end_commands])],
+            [sys.executable, "-I", __file__, json.dumps(orders)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -71,7 +73,7 @@ class Reaper:
 def main(argv: list[str]) -> int:
     """The reaper's process: wait for the kernel to say "done", or to go."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    end_commands: list[list[str]] = json.loads(argv[1])
+    orders = json.loads(argv[1])
     groups: list[int] = []
     for line in sys.stdin:
         word, _, rest = line.strip().partition(" ")
@@ -88,13 +90,15 @@ def main(argv: list[str]) -> int:
                 pass
         if signum == signal.SIGTERM and groups:
             time.sleep(_END_GRACE)
-    for command in end_commands:
+    for command in orders["end"]:
         try:
             subprocess.run(
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=_COMMAND_TIMEOUT
             )
         except (OSError, subprocess.TimeoutExpired):
             continue  # the next command may still work; nobody is left to tell
+    for path in orders["remove"]:
+        shutil.rmtree(path, ignore_errors=True)
     return 1
 
 

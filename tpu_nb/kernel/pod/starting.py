@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime
 import shlex
 import shutil
-import tempfile
 from pathlib import Path
 
 from tpu_nb.wire.run_directory import RESULTS, RunDirectory, upload
@@ -18,6 +17,7 @@ from ..background import BackgroundRun, Finish, follow_in_background
 from ..endings import Ending
 from ..errors import LaunchRefused, TrainingInterrupted
 from ..followed_run import RunObserver, run_in_foreground
+from ..leftovers import private_directory
 from ..options import LaunchOptions
 from ..output import Write, write_to_sys
 from .backends import commands
@@ -80,7 +80,7 @@ def _write_run(program: PodProgram, target: PodTarget, tpu: TpuSlice | None, exp
     if not is_remote(target.run_dir):
         return write_run_directory(program, Path(target.run_dir).resolve() / name, name, hosts, devices), None
     run_url = f"{target.run_dir.rstrip('/')}/{name}"
-    staging = None if exported else Path(tempfile.mkdtemp(prefix="tpu_nb-pod-"))
+    staging = None if exported else private_directory("pod")
     local = Path(DEFAULT_RUNS_DIR).resolve() if staging is None else staging
     run = write_run_directory(program, local / name, name, hosts, devices, run_url)
     try:
