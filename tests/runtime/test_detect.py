@@ -6,28 +6,14 @@ import json
 import platform
 import subprocess
 import sys
-import types
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.platforms import CPU_INSTALL, MakeSystem, codes
 
-from tpu_nb.runtime import Accelerator, Platform, Problem, RuntimeInfo, SystemView, TpuInfo, Versions, detect
-
-MakeSystem = Callable[..., SystemView]
-FakeTorchXla = Callable[[bool], types.ModuleType]
+from tpu_nb.runtime import Accelerator, Platform, TpuInfo, Versions, detect
 
 REPO = Path(__file__).resolve().parents[2]
-CPU_INSTALL = "pip install 'tpu_nb[xla]'"
-
-
-def codes(info: RuntimeInfo) -> list[str]:
-    return [problem.code for problem in info.problems]
-
-
-def problem(info: RuntimeInfo, code: str) -> Problem:
-    (found,) = [problem for problem in info.problems if problem.code == code]
-    return found
 
 
 # One test per platform snapshot.

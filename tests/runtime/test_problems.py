@@ -3,28 +3,11 @@
 from __future__ import annotations
 
 import types
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
+from support.platforms import CPU_INSTALL, FakeTorchXla, MakeSystem, codes, problem
 
-from tpu_nb.runtime import Problem, RuntimeInfo, SystemView, detect
-
-MakeSystem = Callable[..., SystemView]
-FakeTorchXla = Callable[[bool], types.ModuleType]
-
-REPO = Path(__file__).resolve().parents[2]
-CPU_INSTALL = "pip install 'tpu_nb[xla]'"
-
-
-def codes(info: RuntimeInfo) -> list[str]:
-    return [problem.code for problem in info.problems]
-
-
-def problem(info: RuntimeInfo, code: str) -> Problem:
-    (found,) = [problem for problem in info.problems if problem.code == code]
-    return found
-
+from tpu_nb.runtime import detect
 
 # Every problem code: when it appears, what it says, what it tells the user to do.
 

@@ -18,12 +18,25 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tpu_nb.runtime import SystemView
+from tpu_nb.runtime import Problem, RuntimeInfo, SystemView
 
 FIXTURES = Path(__file__).parent.parent / "runtime" / "fixtures"
+CPU_INSTALL = "pip install 'tpu_nb[xla]'"
 
 MakeSystem = Callable[..., SystemView]
+FakeTorchXla = Callable[[bool], types.ModuleType]
 V = TypeVar("V")
+
+
+def codes(info: RuntimeInfo) -> list[str]:
+    """The codes of the problems detection found."""
+    return [problem.code for problem in info.problems]
+
+
+def problem(info: RuntimeInfo, code: str) -> Problem:
+    """The one problem with `code`."""
+    (found,) = [problem for problem in info.problems if problem.code == code]
+    return found
 
 
 def materialise(snapshot: Mapping[str, Any], root: Path, modules: Mapping[str, object]) -> SystemView:
