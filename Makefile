@@ -31,7 +31,10 @@ test: install
 # none of the image's packages), then the test suite run against that install
 # (from build/, so the installed copy is imported, not this checkout), and the
 # quick start in a real browser on Colab's widget stack (ipywidgets 7.7.1 with
-# its own frontend, the classic Notebook of that image).
+# its own frontend, the classic Notebook of that image). Colab's image runs on
+# Python 3.13 (Debian 13's, in .debian13/ through chroot: scripts/debian13.py,
+# root and debootstrap needed), Kaggle's on this machine's 3.11 (Kaggle runs
+# 3.12, which Debian's registry does not have); .venv-IMAGE/run-python runs either.
 # TORCH_WARM_POOL=0: PyPI's torch 2.8.0 brings triton, so importing
 # transformers' Trainer starts torch's compile-worker processes; Kaggle's
 # torch 2.8.0+cpu has no triton and starts none (nor does torch 2.9).
@@ -42,22 +45,23 @@ test-compat: install $(COMPAT_IMAGES:%=.venv-%/.image-installed)
 		$(PYTHON) scripts/compat_env.py install $$image; \
 		mkdir -p build/compat-$$image; \
 		cd build/compat-$$image; \
-		PJRT_DEVICE=CPU TORCH_WARM_POOL=0 ../../.venv-$$image/bin/python -P -m pytest -c ../../setup.cfg --rootdir ../.. \
+		PJRT_DEVICE=CPU TORCH_WARM_POOL=0 ../../.venv-$$image/run-python -P -m pytest -c ../../setup.cfg --rootdir ../.. \
 			../../tests --ignore=../../tests/browser; \
 		cd ../..; \
 	done
-	TPU_NB_CLASSIC_NOTEBOOK_PYTHON=$(CURDIR)/.venv-colab/bin/python PJRT_DEVICE=CPU TORCH_WARM_POOL=0 \
+	TPU_NB_CLASSIC_NOTEBOOK_PYTHON=$(CURDIR)/.venv-colab/run-python PJRT_DEVICE=CPU TORCH_WARM_POOL=0 \
 		$(BIN)/python -m pytest tests/browser/test_classic_notebook.py
 
-.venv-%/.image-installed: compat/%-tpu.txt scripts/compat_env.py
+.venv-%/.image-installed: compat/%-tpu.txt scripts/compat_env.py scripts/debian13.py
 	$(PYTHON) scripts/compat_env.py image $*
 	touch $@
 
 benchmark: install
 	$(BIN)/python benchmarks/return_transfer.py
+	PJRT_DEVICE=CPU $(BIN)/python benchmarks/launch_latency.py
 	PJRT_DEVICE=CPU $(BIN)/python benchmarks/progress_overhead.py
 	PJRT_DEVICE=CPU $(BIN)/python benchmarks/spmd_memory.py
 	PJRT_DEVICE=CPU $(BIN)/python benchmarks/host_sync.py
 
 clean:
-	rm -rf $(VENV) $(COMPAT_IMAGES:%=.venv-%) build *.egg-info
+	rm -rf $(VENV) $(COMPAT_IMAGES:%=.venv-%) .debian13 build *.egg-info

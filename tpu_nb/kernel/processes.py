@@ -22,7 +22,7 @@ from tpu_nb.workers.programs import Program
 from tpu_nb.workers.supervisor import prepare_to_fork, supervise
 from tpu_nb.workers.worker import WorkerPayload
 
-from . import forking
+from . import forking, warm_imports
 from .leftovers import private_directory
 
 TERMINATE_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
@@ -53,6 +53,7 @@ class WorkerProcesses:
         compile_cache: str | None = None,
     ) -> None:
         """Fork the supervisor; it forks the workers (through `xmp.spawn`, or one SPMD worker when `mesh` is given)."""
+        warm_imports.wait()  # no import half done in another thread when the kernel forks
         # Anything buffered now would be printed again by each forked copy.
         sys.stdout.flush()
         sys.stderr.flush()

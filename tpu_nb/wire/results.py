@@ -143,6 +143,7 @@ class ResultNotLoaded(Exception):
 
 
 _VALUE = "value"
+_IMPORTED_MODULES = "imported-modules.json"
 
 
 def save_result(result: RankResult, places: ResultPlaces, rank: int) -> None:
@@ -187,6 +188,16 @@ def load_result(directory: Path, rank: int, *, pickled: bool = True) -> RankResu
             returned[key.removeprefix("return:")] = loaded
     has_value = record["has_value"] and not any(part["key"] == _VALUE and part["kind"] == "lost" for part in record["parts"])
     return RankResult(value, has_value, MappingProxyType(returned), tuple(record["missing"]), tuple(lost))
+
+
+def save_imported_modules(names: list[str], directory: Path) -> None:
+    """The modules the supervisor's import of torch_xla brought in (for `tpu_nb.kernel.warm_imports`)."""
+    _write_atomically(directory / _IMPORTED_MODULES, json.dumps(sorted(names)).encode())
+
+
+def load_imported_modules(directory: Path) -> list[str]:
+    path = directory / _IMPORTED_MODULES
+    return [str(name) for name in json.loads(path.read_text())] if path.exists() else []
 
 
 def save_exception(report: ExceptionReport, directory: Path) -> None:

@@ -19,9 +19,10 @@ import sys
 import traceback
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 from tpu_nb.wire.environment import WorkerEnvironment
-from tpu_nb.wire.results import SupervisorReport, save_report
+from tpu_nb.wire.results import SupervisorReport, save_imported_modules, save_report
 
 from . import worker
 from .output import capture_output
@@ -65,11 +66,27 @@ def supervise(payload: worker.WorkerPayload, environment: WorkerEnvironment, ker
     # user can act on.
     warnings.filterwarnings("ignore", message=FORK_WARNING.pattern, category=DeprecationWarning)
     environment.apply()
+    _note_what_torch_xla_imports(payload.places.run_dir)
     report = spawn_workers(payload)
     save_report(report, payload.places.run_dir)
     sys.stdout.flush()
     sys.stderr.flush()
     return 0 if report.error is None else 1
+
+
+def _note_what_torch_xla_imports(run_dir: Path) -> None:
+    """Import torch_xla here (`spawn_workers` would), and leave the list of modules it brought in for the kernel.
+
+    Most of them are torch's own (its compiler stack); the kernel imports those
+    after the run, so the next supervisor imports torch_xla alone
+    (`tpu_nb.kernel.warm_imports`).
+    """
+    before = set(sys.modules)
+    try:
+        import torch_xla.distributed.xla_multiprocessing  # noqa: F401 - the import spawn_workers makes next
+    except Exception:  # noqa: BLE001 - spawn_workers makes the same import and reports its failure
+        return
+    save_imported_modules(sorted(set(sys.modules) - before), run_dir)
 
 
 def spawn_workers(payload: worker.WorkerPayload) -> SupervisorReport:
