@@ -25,7 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TREE = REPO / ".debian13"
 SUITE = "trixie"
-PACKAGES = ("python3.13", "python3.13-venv", "ca-certificates", "util-linux", "mount", "procps")
+PACKAGES = ("python3.13", "python3.13-venv", "libpython3.13", "ca-certificates", "util-linux", "mount", "procps")
+"""libpython3.13: torch_xla's extension links against Python's shared library."""
 SHARED = ("/proc", "/sys", "/dev", "/tmp", str(REPO.parent))
 _READY = TREE / ".tpu_nb-tree-ready"
 
@@ -45,8 +46,8 @@ def mirror() -> str:
 
 
 def build_tree() -> None:
-    """Debootstrap Debian 13 with python3.13 into .debian13/ (kept: later runs reuse it)."""
-    if _READY.exists():
+    """Debootstrap Debian 13 with python3.13 into .debian13/ (kept: later runs reuse it, until PACKAGES change)."""
+    if _READY.exists() and _READY.read_text() == _identity():
         return
     if os.geteuid() != 0:
         sys.exit("debian13.py tree: debootstrap and chroot need root (CI runs as root)")
@@ -61,7 +62,11 @@ def build_tree() -> None:
             target = TREE / name.lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(name, target)
-    _READY.write_text(SUITE + "\n")
+    _READY.write_text(_identity())
+
+
+def _identity() -> str:
+    return f"{SUITE} {' '.join(PACKAGES)}\n"
 
 
 def run_inside(argv: list[str]) -> int:
@@ -74,7 +79,11 @@ def run_inside(argv: list[str]) -> int:
         mounts.append(f"mkdir -p {inside} && mount --rbind {shlex.quote(path)} {inside}")
     enter = f'cd {shlex.quote(os.getcwd())} && exec "$@"'
     script = " && ".join(mounts) + f" && exec chroot {shlex.quote(str(TREE))} sh -c {shlex.quote(enter)} sh " + shlex.join(argv)
-    return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script]).returncode
+    environment = dict(os.environ)
+    links = environment.get("PIP_FIND_LINKS")
+    if links and not (TREE / links.lstrip("/")).exists():
+        del environment["PIP_FIND_LINKS"]  # a wheel directory of this machine's, which the tree does not have
+    return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script], env=environment).returncode
 
 
 def main(argv: list[str]) -> int:

@@ -53,10 +53,24 @@ def install_fake(tool: str, bin_dir: Path) -> None:
 
 
 def simulate_slice(
-    monkeypatch: pytest.MonkeyPatch, root: Path, name: str = "my-slice", accelerator: str = "v4-16", hosts: int = 2
+    monkeypatch: pytest.MonkeyPatch,
+    root: Path,
+    name: str = "my-slice",
+    accelerator: str = "v4-16",
+    hosts: int = 2,
+    processes_per_host: int | None = None,
 ) -> SimulatedSlice:
-    """Put the fake gcloud first on PATH (and this Python's `python3` next), simulating `name`."""
+    """Put the fake gcloud first on PATH (and this Python's `python3` next), simulating `name`.
+
+    With `processes_per_host`, the hosts' train.py join one world of a process per device
+    (`support.process_world`), so collectives keep them in lock-step as on a real slice.
+    """
     root.mkdir(parents=True, exist_ok=True)
+    if processes_per_host is not None:
+        monkeypatch.setenv("PYTHONPATH", str(FAKES / "world_site"))
+        monkeypatch.setenv("TPU_NB_TEST_WORLD_HOSTS", str(hosts))
+        monkeypatch.setenv("TPU_NB_TEST_WORLD_STORE", str(root / "world-store"))
+        monkeypatch.setenv("CPU_NUM_DEVICES", str(processes_per_host))
     install_fake("gcloud", root / "bin")
     monkeypatch.setenv("PATH", f"{root / 'bin'}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_GCLOUD_ROOT", str(root))

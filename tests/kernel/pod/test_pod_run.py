@@ -27,7 +27,7 @@ from tpu_nb.kernel.output import Write
 from tpu_nb.kernel.pod.backends.tpu_vm import TpuVmSlice
 from tpu_nb.kernel.pod.pod_run import PodRun
 from tpu_nb.kernel.pod.program import PodProgram, write_run_directory
-from tpu_nb.wire.events import Event, Heartbeat, Progress, Stopping, WorkerStarted
+from tpu_nb.wire.events import Event, Heartbeat, Output, Progress, Stopping, WorkerStarted
 from tpu_nb.wire.run_directory import Cell
 
 PREPARE = """\
@@ -124,9 +124,20 @@ def follow(run: PodRun) -> None:
         run.poll()
 
 
-def test_every_host_reports_and_a_graceful_stop_stops_every_host_at_the_same_step(pod: SimulatedSlice, tmp_path: Path) -> None:
+@pytest.fixture
+def pod_world(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> SimulatedSlice:
+    """A simulated slice whose hosts' processes (2 per host) form one world, kept in lock-step by collectives as on a slice."""
+    simulated = simulate_slice(monkeypatch, tmp_path / "slice", processes_per_host=2)
+    monkeypatch.chdir(tmp_path)
+    return simulated
+
+
+def test_every_host_reports_and_a_graceful_stop_stops_every_host_at_the_same_step(pod_world: SimulatedSlice, tmp_path: Path) -> None:
     events = Events()
-    run = start_run(pod, tmp_path, TRAIN.format(steps=100_000, pause=0.05, failing_host="none"), events)
+    in_step = TRAIN.replace("import torch_xla\n", "import torch_xla\nimport torch_xla.core.xla_model as xm\n")
+    in_step = in_step.replace("optimizer.step();", "xm.optimizer_step(optimizer);")  # gradients averaged over both hosts' processes
+    in_step = "print('world of', world_size, flush=True)\n" + in_step
+    run = start_run(pod_world, tmp_path, in_step.format(steps=100_000, pause=0.05, failing_host="none"), events)
     try:
         while not any(event.step is not None and event.step >= 5 for event in events.of(Progress)):
             run.poll()
@@ -137,12 +148,13 @@ def test_every_host_reports_and_a_graceful_stop_stops_every_host_at_the_same_ste
         run.close()
     assert ending.status == "stopped", ending.text
     assert "model" in ending.results[0].returned
+    assert any("world of 4" in event.text for event in events.of(Output))  # both hosts' 2 processes in one world
     assert {event.rank for event in events.of(WorkerStarted)} == {0, 1}  # a worker row per host
     assert {event.rank for event in events.of(Heartbeat)} <= {0, 1} and events.of(Heartbeat)
     stops = {event.rank: event.step for event in events.of(Stopping)}
     assert set(stops) == {0, 1} and len(set(stops.values())) == 1, stops
-    assert any("stop.partial" in " ".join(call) for call in pod.calls())
-    assert pod.live_processes() == []
+    assert any("stop.partial" in " ".join(call) for call in pod_world.calls())
+    assert wait_until(lambda: pod_world.live_processes() == [], 10), pod_world.live_processes()
 
 
 def test_a_failure_on_host_1_fails_the_run_with_its_traceback_and_ends_every_host(pod: SimulatedSlice, tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO
 
-from tpu_nb.wire.events import Output, Progress, Stopping, WorkerStarted
+from tpu_nb.wire.events import Heartbeat, Output, Progress, Stopping, WorkerStarted
 from tpu_nb.wire.host_lines import MAX_LINE_BYTES, HostEnded, decode
 from tpu_nb.wire.limits import cap_text
 from tpu_nb.wire.results import ExceptionReport, ResultNotLoaded, load_result
@@ -116,7 +116,8 @@ class PodRun(FollowedRun):
         self._hosts_started: set[int] = set()
         self._ended_hosts: dict[int, HostEnded] = {}
         self._raised: tuple[int, ExceptionReport] | None = None
-        self._steps: deque[tuple[float, int]] = deque(maxlen=20)  # host 0's (time, step)
+        self._steps: deque[tuple[float, int]] = deque(maxlen=20)  # host 0's (time, step): the rate
+        self._furthest: dict[int, tuple[float, int]] = {}  # host -> (time, step) of its furthest step heard
         self._plain_lines: deque[str] = deque(maxlen=PLAIN_LINES_KEPT)
         self._origins: dict[str, int] = {}  # a host's train.py ("hostname:pid") -> its row
         self._stopping_step: int | None = None
@@ -169,6 +170,7 @@ class PodRun(FollowedRun):
         threading.Thread(target=self._send_stop, args=(step,), name="tpu_nb-pod-stop", daemon=True).start()
 
     def _stop_step(self) -> int | None:
+        """A step every host reaches after the stop does: ahead of the furthest host, by the time the stop takes to arrive."""
         if not self._steps:
             return None  # no step seen yet: each host stops one past its furthest rank
         assert self._started_at is not None
@@ -177,8 +179,9 @@ class PodRun(FollowedRun):
             rate = (last_step - first_step) / (last_time - first_time)
         else:  # too few reports yet: the rate since the start (compiling included), doubled to stay ahead
             rate = 2 * (last_step + 1) / max(last_time - self._started_at, 1e-3)
-        elapsed = time.monotonic() - last_time
-        return last_step + math.ceil(rate * (elapsed + STOP_AHEAD_SECONDS)) + 1
+        # Hosts can drift apart (no collective between steps, or a slow host 0): start from the furthest one.
+        heard_at, furthest = max([(last_time, last_step), *self._furthest.values()], key=lambda heard: heard[1])
+        return furthest + math.ceil(rate * (time.monotonic() - heard_at + STOP_AHEAD_SECONDS)) + 1
 
     def _send_stop(self, step: int | None) -> None:
         try:
@@ -240,6 +243,8 @@ class PodRun(FollowedRun):
         else:
             if isinstance(event, Stopping) and host == 0:
                 self._stopping_step = event.step
+            if isinstance(event, Heartbeat) and event.step is not None and event.step >= self._furthest.get(host, (0.0, -1))[1]:
+                self._furthest[host] = (time.monotonic(), event.step)
             self._deliver(dataclasses.replace(event, rank=host))  # one worker row per host
 
     def _host_of(self, origin: str | None, claimed: int) -> int:
