@@ -73,12 +73,13 @@ def run_inside(argv: list[str]) -> int:
     """ARGV run in the tree, in this directory, with the shared paths mounted; its exit code."""
     if not _READY.exists():
         sys.exit("debian13.py run: no tree yet; build it with: python scripts/debian13.py tree")
-    mounts = []
+    tree = shlex.quote(str(TREE))
+    mounts = [f"mount --bind {tree} {tree}"]  # its root a mount point: `unshare -m` inside can then make it private
     for path in SHARED:
         inside = shlex.quote(str(TREE) + path)
         mounts.append(f"mkdir -p {inside} && mount --rbind {shlex.quote(path)} {inside}")
     enter = f'cd {shlex.quote(os.getcwd())} && exec "$@"'
-    script = " && ".join(mounts) + f" && exec chroot {shlex.quote(str(TREE))} sh -c {shlex.quote(enter)} sh " + shlex.join(argv)
+    script = " && ".join(mounts) + f" && exec chroot {tree} sh -c {shlex.quote(enter)} sh " + shlex.join(argv)
     environment = dict(os.environ)
     links = environment.get("PIP_FIND_LINKS")
     if links and not (TREE / links.lstrip("/")).exists():

@@ -74,6 +74,13 @@ def test_python_3_12s_fork_warning_is_not_shown(kernel: Kernel) -> None:
     )
     first = kernel.run("%%tpu_train --no-progress\nprint('trained', rank)", allow_errors=False)
     second = kernel.run("%%tpu_train --no-progress\nprint('trained', rank)", allow_errors=False)
-    assert shown(first) == shown(second) == "trained 0\n"
+    for cell in (first, second):
+        # Only the cell's own line; on Python 3.12+, a kernel whose user turned every warning on also shows
+        # jupyter_client 7's own warnings (datetime.utcnow, on Colab's image): not tpu_nb's.
+        assert shown(cell).count("trained 0\n") == 1 and "use of fork()" not in shown(cell), shown(cell)
+        assert all(
+            "jupyter_client" in line or line.strip().startswith("return datetime")
+            for line in shown(cell).replace("trained 0\n", "").splitlines()
+        )
     kernel.run("warnings.warn('the user still sees their own warnings')", allow_errors=False)
     assert "the user still sees their own warnings" in shown(kernel.notebook.cells[-1])
