@@ -72,7 +72,7 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     import importlib
 
-    if name in ("spmd", "pod"):  # tpu_nb.spmd.shard_model(...), tpu_nb.pod.launch(...) without importing them first
+    if name in ("spmd", "pod", "checkpoint"):  # tpu_nb.spmd.shard_model(...), tpu_nb.pod.launch(...) without importing them first
         return importlib.import_module(f"tpu_nb.{name}")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)

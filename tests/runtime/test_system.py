@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,19 @@ def test_current_views_this_machine() -> None:
     assert system.sys_root == Path("/sys")
     assert system.own_pid == os.getpid()
     assert system.package_version("pytest") == pytest.__version__
+
+
+def test_started_at_is_when_the_first_process_started(tmp_path: Path) -> None:
+    (tmp_path / "proc" / "1").mkdir(parents=True)
+    (tmp_path / "proc" / "stat").write_text("cpu  1 2 3\nbtime 1764600000\nprocesses 42\n")
+    ticks = os.sysconf("SC_CLK_TCK")
+    fields = ["S"] + ["0"] * 18 + [str(90 * ticks)]  # field 22 (start time) is the 20th after the name
+    (tmp_path / "proc" / "1" / "stat").write_text("1 (tini (a name with spaces)) " + " ".join(fields) + " 0 0\n")
+    assert view(tmp_path).started_at() == 1764600000 + 90
+    (tmp_path / "proc" / "stat").write_text("cpu  1 2 3\n")
+    assert view(tmp_path).started_at() is None
+
+
+def test_started_at_on_this_machine_is_in_the_past() -> None:
+    started = SystemView.current().started_at()
+    assert started is not None and started <= time.time()

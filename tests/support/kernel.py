@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import nbformat
 from nbclient import NotebookClient
+from nbclient.util import run_sync
 from support.processes import wait_until
 
 
@@ -48,6 +49,11 @@ class Kernel:
         watcher.join()
         assert interrupted_at, f"the cell never printed {when!r}: {text_of(cell)}"
         return cell, interrupted_at[0]
+
+    def restart(self) -> None:
+        """What Jupyter's "Restart kernel" does: a new kernel process, the notebook's variables gone."""
+        run_sync(self.client.km.restart_kernel)(now=False)
+        run_sync(self.client.kc.wait_for_ready)(timeout=60)
 
     def interrupt(self) -> None:
         """What Jupyter's stop button does: SIGINT to the kernel's process group."""

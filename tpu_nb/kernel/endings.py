@@ -36,7 +36,8 @@ _OUT_OF_MEMORY_HINT = " The host most likely ran out of memory: use a smaller pe
 class Succeeded:
     results: Mapping[int, RankResult]  # by rank
     seconds: float
-    stopped_at_step: int | None = None  # set when the user stopped it gracefully
+    stopped_at_step: int | None = None  # set when it was stopped gracefully
+    stopped_by: str = "user"  # or "its deadline"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +86,7 @@ def ending_of(outcome: Outcome) -> Ending:
     """The one place an outcome becomes words and an exception."""
     if isinstance(outcome, Succeeded):
         if outcome.stopped_at_step is not None:
-            return Ending("stopped", f"stopped by user at step {outcome.stopped_at_step}", None, outcome.results)
+            return Ending("stopped", f"stopped by {outcome.stopped_by} at step {outcome.stopped_at_step}", None, outcome.results)
         return Ending("done", None, None, outcome.results)
     if isinstance(outcome, Raised):
         report = outcome.report
@@ -132,6 +133,7 @@ def collect(
     wanted_ranks: list[int],
     seconds: float,
     stopped_at_step: int | None = None,
+    stopped_by: str = "user",
 ) -> Outcome:
     """Read what the supervisor and workers left in the run dir."""
     raised = load_exceptions(run_dir)
@@ -150,7 +152,7 @@ def collect(
         if result is None:
             return Died(rank, None, f"rank {rank}", seconds, "ended without sending back its result")
         results[rank] = result
-    return Succeeded(MappingProxyType(results), seconds, stopped_at_step)
+    return Succeeded(MappingProxyType(results), seconds, stopped_at_step, stopped_by)
 
 
 def _died(report: SupervisorReport | None, ranks_by_pid: Mapping[int, int], supervisor_status: int, seconds: float) -> Died:

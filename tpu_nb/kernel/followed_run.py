@@ -17,8 +17,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Literal, Protocol
 
-from tpu_nb.wire.events import Event
+from tpu_nb.wire.events import CheckpointSaved, Event, Notice
 
+from .deadlines import Deadline
 from .endings import Ending
 from .options import LaunchOptions
 from .output import Write, write_to_sys
@@ -45,10 +46,14 @@ class FollowedRun(ABC):
         self._observers: list[RunObserver] = list(observers)
         self._display: ProgressDisplay | None = None
         self._started_at: float | None = None
+        self._started_wall = time.time()
         self._stop_requested_at: float | None = None
         self._kill_requested = False
         self._stop_reason: StopReason | None = None
         self._ended = False
+        self._deadline: Deadline | None = None  # set by `_start` where the run has one
+        self._longest_save: float | None = None  # of its checkpoints so far: how early the deadline's stop comes
+        self._stopped_by = "user"
 
     @property
     def ended(self) -> bool:
@@ -67,7 +72,9 @@ class FollowedRun(ABC):
     def start(self) -> None:
         """Check, show the dashboard, start the processes: `LaunchRefused` (nothing started) when something is wrong."""
         self._start()
-        self._started_at = time.monotonic()
+        self._started_at, self._started_wall = time.monotonic(), time.time()
+        if self._deadline is not None:
+            self._deliver(Notice(0, self._deadline.describe(self._longest_save, self._started_wall)))
 
     def poll(self) -> None:
         """Deliver events for a moment; notice the end; apply a failure, a kill, the timeout or the stop's grace period."""
@@ -84,6 +91,11 @@ class FollowedRun(ABC):
             self._end_now("interrupt")
         elif self.options.timeout is not None and now - self._started_at > self.options.timeout:
             self._end_now("timeout")
+        elif self._deadline_passed():
+            # Early enough for the last checkpoint: a graceful stop, as on an interrupt.
+            self._stopped_by = "its deadline"
+            self.request_stop()
+            self._write("stderr", f"tpu_nb: stopping now, with a checkpoint: {self._deadline_text()}.\n")
         elif self._stop_requested_at is not None and not self._stop_reached() and now - self._stop_requested_at > self._stop_grace:
             # No step boundary in time (a loop without report(), a long compilation): stop hard.
             self._end_now("interrupt")
@@ -130,7 +142,17 @@ class FollowedRun(ABC):
                 continue
         self._ended = True
 
+    def _deadline_passed(self) -> bool:
+        deadline = self._deadline
+        return deadline is not None and not self.stopping and time.time() >= deadline.stop_at(self._longest_save, self._started_wall)
+
+    def _deadline_text(self) -> str:
+        assert self._deadline is not None
+        return self._deadline.describe(self._longest_save, self._started_wall)
+
     def _deliver(self, event: Event) -> None:
+        if isinstance(event, CheckpointSaved):
+            self._longest_save = max(event.seconds, self._longest_save or 0.0)
         for observer in self._observers:
             observer.on_event(event)
 

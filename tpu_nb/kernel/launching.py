@@ -32,6 +32,12 @@ def launch(
     mesh: str | None = None,
     doctor: bool = True,
     compile_cache: str | None = None,
+    checkpoint: str | None = None,
+    every: str | None = None,
+    keep: int = 2,
+    budget: str | None = None,
+    resume: str | bool | None = None,
+    deadline: str | None = None,
 ) -> Any:
     """Run `fn(*args)` in a worker per XLA device (forked: no pickling) and return rank 0's result.
 
@@ -47,7 +53,11 @@ def launch(
     `mesh="fsdp=4,tensor=2"` chooses the mesh (default: every device on fsdp).
     `doctor=False` turns the XLA doctor off; `compile_cache="DIR"` keeps XLA's
     compiled programs in DIR across runs ("off": none; default: a working
-    directory on Colab's and Kaggle's TPUs).
+    directory on Colab's and Kaggle's TPUs). `checkpoint="DIR"` saves what
+    `tpu_nb.checkpoint.track()` names (or a Trainer's state) `every` "15m"
+    or "500steps", keeping `keep` (within `budget`, "15GB"); `resume=True` (or a directory) starts from
+    the newest verified one; `deadline="8h30m"` or "21:00" stops the run
+    gracefully before then, with a checkpoint.
     Raises `WorkerError` with the worker's traceback if `fn` raised,
     `WorkerDied`, `TrainingInterrupted` or `TrainingTimedOut`.
     """
@@ -62,6 +72,12 @@ def launch(
         mesh=mesh,
         doctor=doctor,
         compile_cache=compile_cache,
+        checkpoint=checkpoint,
+        every=every,
+        keep=keep,
+        budget=budget,
+        resume=resume,
+        deadline=deadline,
     )
     program = FunctionProgram(fn, args)
     name = str(getattr(fn, "__name__", "run"))

@@ -82,6 +82,7 @@ class Run(FollowedRun):
         environment = check_can_launch(info, self.options, running=Run.alive())
         for note in environment.notes:
             self._write("stderr", note + "\n")
+        self._deadline = self.options.deadline_on(info)
         if self.options.progress:
             workers = 1 if self.options.spmd else environment.devices  # SPMD: one worker drives them all
             self._display = make_display(self.title, info.label, workers)
@@ -99,6 +100,7 @@ class Run(FollowedRun):
                 mesh,
                 doctor=self.options.doctor,
                 compile_cache=self.options.compile_cache_for(info),
+                checkpoints=self.options.checkpoints,
             )
         except BaseException:
             Run._alive = None
@@ -152,7 +154,14 @@ class Run(FollowedRun):
         exit_status = -signal.SIGKILL if exit_status is None else exit_status
         assert self._processes.places is not None
         outcome = collect(
-            self._processes.places.run_dir, facts.ranks_by_pid, facts.first_raising_rank, exit_status, ranks, seconds, facts.stopping_step
+            self._processes.places.run_dir,
+            facts.ranks_by_pid,
+            facts.first_raising_rank,
+            exit_status,
+            ranks,
+            seconds,
+            facts.stopping_step,
+            self._stopped_by,
         )
         if isinstance(outcome, Died):
             self._processes.keep = outcome.kept

@@ -16,6 +16,7 @@ from tpu_nb.workers.programs import CellProgram, compile_cell
 
 from .background import BackgroundRun, start_in_background
 from .cell_source import cache_as_written, running_cell_number
+from .checkpoint_plans import describe_checkpoints
 from .endings import Ending
 from .followed_run import run_in_foreground
 from .local_run import Run
@@ -30,6 +31,23 @@ from .returns import hand_back, hand_back_later
 
 @magics_class
 class TpuMagics(Magics):
+    def __init__(self, shell: InteractiveShell) -> None:
+        super().__init__(shell)
+        self.last_checkpoints: str | None = None
+        """The --checkpoint directory of the latest run: what `%tpu_checkpoints` lists by default."""
+
+    @magic_arguments()
+    @argument("directory", nargs="?", metavar="DIR", help="The checkpoint directory (default: the latest run's --checkpoint).")
+    @line_magic
+    def tpu_checkpoints(self, line: str) -> None:
+        """List the checkpoints in DIR: step, time, loss, size, and whether each was verified."""
+        args = parse_argstring(self.tpu_checkpoints, line)
+        directory = args.directory or self.last_checkpoints
+        if directory is None:
+            raise UsageError("%tpu_checkpoints DIR: name the checkpoint directory (no run in this kernel used --checkpoint yet).")
+        text, markup = describe_checkpoints(directory)
+        display({"text/plain": text, "text/html": markup}, raw=True)
+
     @magic_arguments()
     @line_magic
     def tpu_info(self, line: str) -> None:
@@ -111,6 +129,35 @@ class TpuMagics(Magics):
         action="store_true",
         help="With --pod: end a tpu_nb run still running on the slice (left by a kernel that died) instead of refusing to start.",
     )
+    @argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="Save the run's state to DIR (a local path, a Drive mount, /kaggle/working or gs://...): a Trainer through its own "
+        "checkpointing, a loop what tpu_nb.checkpoint.track() names; each checkpoint is reloaded and checked before it counts.",
+    )
+    @argument(
+        "--every", metavar="WHEN", help="With --checkpoint: how often, e.g. 500steps or 15m (default 15m); always when the run stops."
+    )
+    @argument("--keep", type=int, default=2, metavar="N", help="With --checkpoint: keep the N newest verified checkpoints (default 2).")
+    @argument(
+        "--budget",
+        metavar="SIZE",
+        help="With --checkpoint: all checkpoints take at most SIZE (e.g. 15GB; the newest is always kept). "
+        "Default under /kaggle/working: 15GB of the 20GB Kaggle keeps.",
+    )
+    @argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        metavar="DIR",
+        help="Continue from the newest verified checkpoint in DIR (default: --checkpoint's).",
+    )
+    @argument(
+        "--deadline",
+        metavar="WHEN",
+        help="Stop gracefully, with a checkpoint, before WHEN: a duration (8h30m) or a clock time (21:00). "
+        "On Kaggle's TPU the default is the session's end.",
+    )
     @argument("--background", action="store_true", help="Return at once with a run handle; the notebook stays free while it trains.")
     @argument("--name", default="run", metavar="NAME", help="With --background: bind the run's handle to NAME (default: run).")
     @cell_magic
@@ -137,7 +184,15 @@ class TpuMagics(Magics):
             mesh=args.mesh,
             doctor=not args.no_doctor,
             compile_cache=args.compile_cache,
+            checkpoint=args.checkpoint,
+            every=args.every,
+            keep=args.keep,
+            budget=args.budget,
+            resume=args.resume,
+            deadline=args.deadline,
         )
+        if options.checkpoints is not None:
+            self.last_checkpoints = options.checkpoints.directory
         if args.pod is not None:
             return self._train_on_pod(args, line, cell, options)
         program = self._compile(line, cell, tuple(args.return_names))
@@ -229,6 +284,7 @@ def load(ipython: InteractiveShell) -> None:
 def unload(ipython: InteractiveShell) -> None:
     manager = ipython.magics_manager
     manager.magics["line"].pop("tpu_info", None)
+    manager.magics["line"].pop("tpu_checkpoints", None)
     manager.magics["line"].pop("tpu_picker", None)
     manager.magics["cell"].pop("tpu_train", None)
     manager.magics["line"].pop("tpu_prepare", None)

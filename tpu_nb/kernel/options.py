@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpu_nb.runtime import Accelerator, Platform, RuntimeInfo
+from tpu_nb.wire.checkpoints import CheckpointPlan
 from tpu_nb.wire.mesh import MeshError, MeshShape
 
+from .checkpoint_plans import plan_checkpoints
+from .deadlines import Deadline, deadline_for
 from .errors import LaunchRefused
 
 NO_COMPILE_CACHE = "off"
@@ -40,6 +43,10 @@ class LaunchOptions:
     """The XLA doctor: why compilations happened and where, host syncs, CPU fallbacks, input waits."""
     compile_cache: str | None = None
     """XLA's persistent compilation cache directory ("off": none; default: a working directory on Colab/Kaggle TPUs)."""
+    checkpoints: CheckpointPlan | None = None
+    """--checkpoint: where the run's checkpoints go, how often, how many, and what it resumes from."""
+    deadline: Deadline | None = None
+    """--deadline: when the run must have stopped (it stops earlier, with a checkpoint); on Kaggle's TPU, the session's end."""
 
     @classmethod
     def from_user(
@@ -55,12 +62,24 @@ class LaunchOptions:
         mesh: str | None = None,
         doctor: bool = True,
         compile_cache: str | None = None,
+        checkpoint: str | None = None,
+        every: str | None = None,
+        keep: int = 2,
+        budget: str | None = None,
+        resume: str | bool | None = None,
+        deadline: str | None = None,
     ) -> LaunchOptions:
-        """The options as the user typed them (the mesh as text, "fsdp=4,tensor=2"); `LaunchRefused` when one cannot be read."""
+        """The options as the user typed them (the mesh as text, "fsdp=4,tensor=2"); `LaunchRefused` when one cannot be read.
+
+        `resume`: True (or "") for --checkpoint's directory, or a directory; `deadline`: "8h30m" from now, or "21:00";
+        `budget`: "15GB", what all checkpoints may take.
+        """
         try:
             mesh_shape = None if mesh is None else MeshShape.parse(mesh)
         except MeshError as error:
             raise LaunchRefused(f"tpu_nb did not start the run:\n- {error}") from None
+        checkpoints = plan_checkpoints(checkpoint, every, keep, resume, budget)
+        deadline_at = None if deadline is None else deadline_for(deadline, None)
         return cls(
             cores=cores,
             timeout=timeout,
@@ -72,7 +91,13 @@ class LaunchOptions:
             mesh=mesh_shape,
             doctor=doctor,
             compile_cache=compile_cache,
+            checkpoints=checkpoints,
+            deadline=deadline_at,
         )
+
+    def deadline_on(self, info: RuntimeInfo) -> Deadline | None:
+        """The run's deadline here: the user's, or the hosted session's end (Kaggle's TPU)."""
+        return self.deadline if self.deadline is not None else deadline_for(None, info)
 
     def problems(self) -> list[str]:
         """What is wrong with these options, each with the fix."""

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from tpu_nb.wire.channel import EventReader, open_channel
+from tpu_nb.wire.checkpoints import CheckpointPlan
 from tpu_nb.wire.environment import WorkerEnvironment
 from tpu_nb.wire.events import Event
 from tpu_nb.wire.mesh import MeshShape
@@ -51,6 +52,7 @@ class WorkerProcesses:
         mesh: MeshShape | None,
         doctor: bool = True,
         compile_cache: str | None = None,
+        checkpoints: CheckpointPlan | None = None,
     ) -> None:
         """Fork the supervisor; it forks the workers (through `xmp.spawn`, or one SPMD worker when `mesh` is given)."""
         warm_imports.wait()  # no import half done in another thread when the kernel forks
@@ -59,7 +61,7 @@ class WorkerProcesses:
         sys.stderr.flush()
         reader, writer = open_channel()
         places = make_places()
-        payload = WorkerPayload(program, writer, stop_request, places, all_results, mesh, doctor, compile_cache)
+        payload = WorkerPayload(program, writer, stop_request, places, all_results, mesh, doctor, compile_cache, checkpoints)
         kernel_pid = os.getpid()
         prepare_to_fork()
         pid = forking.fork()

@@ -72,6 +72,7 @@ def detect(system: SystemView | None = None) -> RuntimeInfo:
         topology_vars=topology_vars,
         install_command=install_command(tpu, versions),
         problems=problems_of(found),
+        started_at=system.started_at(),
     )
 
 

@@ -91,6 +91,8 @@ class RuntimeInfo:
     install_command: str
     """How to install tpu_nb here, installing nothing the runtime already has that works."""
     problems: tuple[Problem, ...]
+    started_at: float | None = None
+    """When this machine or container started (Unix time): a hosted session's clock starts with it."""
 
     @property
     def errors(self) -> tuple[Problem, ...]:

@@ -91,6 +91,20 @@ class SystemView:
         names = (node.relative_to(self.dev_root).as_posix() for node in self.dev_root.glob(pattern))
         return tuple("/dev/" + name for name in sorted(names, key=_natural_order))
 
+    def started_at(self) -> float | None:
+        """When this machine, or this container, started (its first process), as a Unix time; None if /proc does not say.
+
+        A hosted session (Kaggle's) is the container: its first process started with it.
+        """
+        boot = next(
+            (line.split()[1] for line in (self.read_text(self.proc_root / "stat") or "").splitlines() if line.startswith("btime ")), None
+        )
+        first = self.read_text(self.proc_root / "1" / "stat")
+        if boot is None or first is None or not boot.isdigit():
+            return None
+        fields = first[first.rindex(")") + 2 :].split()
+        return int(boot) + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: start time, in ticks since boot
+
     def opened_by_other_processes(self, wanted: Callable[[str], bool]) -> tuple[OpenedBy, ...]:
         """Processes other than ours holding open a path for which `wanted` is true.
 

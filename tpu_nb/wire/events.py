@@ -105,6 +105,29 @@ class Stopping:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointSaved:
+    """A checkpoint was written and checked, or failed its check (with the reason; the previous good one is kept)."""
+
+    rank: int
+    step: int
+    path: str
+    seconds: float  # from the step's end to written and checked
+    stall_seconds: float  # how long the training step waited for it (the copy to host memory)
+    size: int  # bytes
+    verified: bool
+    problem: str | None
+    removed: int  # older checkpoints removed once this one was verified
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """Metrics logged before this run started (a resumed run's curve so far), oldest first."""
+
+    rank: int
+    rows: tuple[tuple[int | None, dict[str, float]], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Notice:
     """Something tpu_nb changed or noticed in a worker, said once."""
 
@@ -112,4 +135,16 @@ class Notice:
     text: str
 
 
-Event = WorkerStarted | Output | WorkerFinished | WorkerRaised | Progress | Heartbeat | Diagnosis | Stopping | Notice
+Event = (
+    WorkerStarted
+    | Output
+    | WorkerFinished
+    | WorkerRaised
+    | Progress
+    | Heartbeat
+    | Diagnosis
+    | Stopping
+    | CheckpointSaved
+    | History
+    | Notice
+)

@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .events import (
+    CheckpointSaved,
     Diagnosis,
     Event,
     Heartbeat,
+    History,
     Notice,
     Output,
     Progress,
@@ -66,6 +68,8 @@ _TYPES: dict[str, type[Any]] = {
         Heartbeat,
         Diagnosis,
         Stopping,
+        CheckpointSaved,
+        History,
         Notice,
         ExceptionReport,
         HostEnded,

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .events import Notice, Output, Progress
+from .events import History, Notice, Output, Progress
 
 E = TypeVar("E")
 _SHORT = 200  # bytes: text this short is left whole when an event is cut (cutting it would not make it shorter)
@@ -67,6 +67,9 @@ def _split(event: Any) -> tuple[Any, Any] | None:
     if isinstance(event, Output) and len(event.text) > 1:
         middle = len(event.text) // 2
         return dataclasses.replace(event, text=event.text[:middle]), dataclasses.replace(event, text=event.text[middle:])
+    if isinstance(event, History) and len(event.rows) > 1:
+        middle = len(event.rows) // 2
+        return dataclasses.replace(event, rows=event.rows[:middle]), dataclasses.replace(event, rows=event.rows[middle:])
     if isinstance(event, Progress) and len(event.metrics) > 1:
         items = list(event.metrics.items())
         middle = len(items) // 2

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from tpu_nb.wire.events import Heartbeat, Notice, Progress, Stopping
 
+from . import checkpointing
+
 if TYPE_CHECKING:
     from tpu_nb.wire.channel import EventSink
     from tpu_nb.wire.stop_request import StopRequest
@@ -50,6 +52,7 @@ class WorkerReporter:
         self._notices: set[str] = set()
         self.doctor: WorkerDoctor | None = None  # set before the user's code runs, unless the doctor is off
         self.own_reads = 0  # device values tpu_nb itself read (report()'s lazy loss), which the doctor discounts
+        self.history: list[tuple[int | None, dict[str, float]]] = []  # what rank 0 sent: a checkpoint keeps the curve
         self._heartbeat = threading.Thread(target=self._beat, name="tpu_nb-heartbeat", daemon=True)
 
     def enter(self, rank: int, world_size: int) -> None:
@@ -98,6 +101,8 @@ class WorkerReporter:
         return True
 
     def send_progress(self, progress: Progress) -> None:
+        if progress.metrics:
+            self.history.append((progress.step, dict(progress.metrics)))
         self.writer.send(progress)
 
     def notice(self, text: str) -> None:
@@ -210,10 +215,18 @@ def report(
         values["loss"] = loss
     samples = None if batch_size is None else batch_size * reporter.world_size
     progress = Progress(reporter.rank, step, {}, max_steps, epoch, "train", samples)
+    checkpointer = checkpointing.current() if reporter.rank == 0 and step is not None else None
     if stopping:
         reporter.unsent = (progress, values) if reporter.rank == 0 else None
         reporter.flush()
+        if checkpointer is not None and step is not None:
+            checkpointer.save(step, reporter.history)  # what the run learned, kept before it stops
         raise StopTraining(f"stopped by the user at step {progress.step}")
+    if checkpointer is not None and step is not None and checkpointer.due(step):
+        reporter.unsent = (progress, values)
+        reporter.flush()  # this step's metrics read now (the save syncs anyway), so its checkpoint holds them
+        checkpointer.save(step, reporter.history)
+        return
     if not reporter.due():
         reporter.unsent = (progress, values) if reporter.rank == 0 else None
         return

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
+from tpu_nb.wire.checkpoints import RECORD
 from tpu_nb.wire.events import Progress
 
-from . import reporting
+from . import checkpointing, reporting
 
 
 class TpuNbCallback(TrainerCallback):
@@ -16,6 +18,9 @@ class TpuNbCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _note(state, args, "train", always=True)
+        checkpointer = checkpointing.current()
+        if checkpointer is not None and state.is_world_process_zero and kwargs.get("model") is not None:
+            checkpointer.remember_start(kwargs["model"])
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _note(state, args, "train")
@@ -25,6 +30,22 @@ class TpuNbCallback(TrainerCallback):
             # checkpoint (from the master, through xm.save on XLA).
             control.should_training_stop = True
             control.should_save = True
+        checkpointer = checkpointing.current()
+        if checkpointer is None:
+            return
+        if checkpointer.plan.every.seconds is not None and (checkpointer.due(state.global_step) or state.global_step >= state.max_steps):
+            control.should_save = True  # --every by time: the Trainer saves at this step's end (and at the last, as by steps)
+        if control.should_save and state.is_world_process_zero:
+            # A resume can save a step again whose earlier checkpoint was damaged: its old record must not vouch for the new files.
+            (Path(args.output_dir) / f"checkpoint-{state.global_step}" / RECORD).unlink(missing_ok=True)
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        checkpointer = checkpointing.current()
+        reporter = reporting.current()
+        if checkpointer is None or reporter is None or not state.is_world_process_zero or kwargs.get("model") is None:
+            return
+        path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        checkpointer.verify_trainer_checkpoint(path, kwargs["model"], state.global_step, reporter.history)
 
     def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _note(state, args, "eval")

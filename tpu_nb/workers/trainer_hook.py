@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
-from . import reporting
+from . import checkpointing, reporting
 
 _TRAINER_MODULE = "transformers.trainer"
 # transformers 5 defaults to the fused AdamW on torch >= 2.8, which fails on
@@ -80,6 +80,7 @@ def _patch(module: Any, spmd: bool) -> None:
         model = kwargs["model"] if "model" in kwargs else (args[0] if args else None)
         training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
         training_args = _prepared(training_args, model, spmd)
+        training_args = _checkpointing(training_args)
         if len(args) > 1:
             args = (args[0], training_args, *args[2:])
         else:
@@ -88,8 +89,75 @@ def _patch(module: Any, spmd: bool) -> None:
         _replace_progress_callbacks(self, module)
 
     trainer_class.__init__ = __init__
+    original_train = trainer_class.train
+
+    def train(self: Any, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
+        checkpointer = checkpointing.current()
+        if resume_from_checkpoint is None and checkpointer is not None and checkpointer.plan.resume_from is not None:
+            # --resume: the newest verified checkpoint, which the kernel chose (copied here first, for a URL).
+            resume_from_checkpoint = str(checkpointing.local_copy(checkpointer.plan.resume_from))
+            reporter = reporting.current()
+            checkpointer.resume_trainer(resume_from_checkpoint, self.model, 0 if reporter is None else reporter.rank)
+        return original_train(self, resume_from_checkpoint, *args, **kwargs)
+
+    trainer_class.train = train
+    _keep_the_seed_through_saves(trainer_class)
     _mend_xla_fsdp(module)
     trainer_class._tpu_nb_patched = True
+
+
+def _keep_the_seed_through_saves(trainer_class: Any) -> None:
+    """A Trainer's save syncs several times, and each sync moves XLA's random seed: a run that saved (or stopped at
+    a deadline and resumed) would draw other dropout masks than one that did not. Each save leaves the seed as
+    `checkpointing.seed_kept` does, and its RNG file holds that seed, where the run goes on from.
+
+    A resume loads that seed after the first batches of its epoch were fetched (each fetch syncs): those syncs
+    are applied to it, so the next step draws what it drew in the run that saved. At an epoch's start it loads
+    it before any fetch, and the run that saved had synced once more since its save: the `xm.mark_step()`
+    that ends an epoch (tpu_nb's saves are all made at a step's end, before it). An evaluation at the
+    epoch's end (eval_strategy="epoch") syncs further, and a resume there draws other masks.
+    """
+    original_save, original_save_rng = trainer_class._save_checkpoint, trainer_class._save_rng_state
+    original_run_epoch, original_load_rng = trainer_class._run_epoch, trainer_class._load_rng_state
+
+    def _save_checkpoint(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with checkpointing.seed_kept() as seed:
+            self._tpu_nb_seed = seed
+            try:
+                return original_save(self, *args, **kwargs)
+            finally:
+                del self._tpu_nb_seed
+
+    def _save_rng_state(self: Any, *args: Any, **kwargs: Any) -> Any:
+        seed = getattr(self, "_tpu_nb_seed", None)
+        if seed is not None:
+            import torch_xla.core.xla_model as xm
+
+            xm.set_rng_state(seed)
+        return original_save_rng(self, *args, **kwargs)
+
+    def _run_epoch(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self._tpu_nb_epoch_seed = checkpointing.xla_seed()
+        return original_run_epoch(self, *args, **kwargs)
+
+    def _load_rng_state(self: Any, *args: Any, **kwargs: Any) -> Any:
+        before = checkpointing.xla_seed()
+        result = original_load_rng(self, *args, **kwargs)
+        epoch_seed, loaded = getattr(self, "_tpu_nb_epoch_seed", None), checkpointing.xla_seed()
+        if epoch_seed is not None and before is not None and loaded is not None:
+            syncs = checkpointing.syncs_between(epoch_seed, before)
+            if syncs == 0:
+                syncs = 1  # the epoch's end in the run that saved
+            if syncs is not None:
+                import torch_xla.core.xla_model as xm
+
+                xm.set_rng_state(checkpointing.seed_after_syncs(loaded, syncs))
+        return result
+
+    trainer_class._save_checkpoint = _save_checkpoint
+    trainer_class._save_rng_state = _save_rng_state
+    trainer_class._run_epoch = _run_epoch
+    trainer_class._load_rng_state = _load_rng_state
 
 
 def _prepared(training_args: Any, model: Any, spmd: bool) -> Any:
@@ -102,6 +170,24 @@ def _prepared(training_args: Any, model: Any, spmd: bool) -> Any:
     if spmd and not training_args.fsdp:
         training_args = _with_fsdp_v2(training_args, model)
     return training_args
+
+
+def _checkpointing(training_args: Any) -> Any:
+    """With --checkpoint: the Trainer's own checkpoints, where and as often as asked; tpu_nb checks and prunes them."""
+    checkpointer = checkpointing.current()
+    if checkpointer is None:
+        return training_args
+    plan = checkpointer.plan
+    every = plan.every
+    directory = checkpointing.trainer_directory(plan.directory)
+    _notice(f"Trainer: checkpoints in {plan.directory} every {every} and when the run stops (--checkpoint), each checked by tpu_nb")
+    return dataclasses.replace(
+        training_args,
+        output_dir=directory,
+        save_strategy="steps" if every.steps is not None else "no",  # by time: the callback asks for each save
+        save_steps=every.steps or training_args.save_steps,
+        save_total_limit=None,  # tpu_nb removes old ones, once a newer one is verified
+    )
 
 
 def _with_fsdp_v2(training_args: Any, model: Any) -> Any:

@@ -11,12 +11,13 @@ import threading
 from dataclasses import dataclass
 
 from tpu_nb.wire.channel import EventSink
+from tpu_nb.wire.checkpoints import CheckpointPlan
 from tpu_nb.wire.events import WorkerFinished, WorkerRaised, WorkerStarted
 from tpu_nb.wire.mesh import MeshShape
 from tpu_nb.wire.results import ExceptionReport, ResultPlaces, save_exception, save_result
 from tpu_nb.wire.stop_request import StopRequest
 
-from . import reporting
+from . import checkpointing, reporting
 from .doctor.probe import WorkerDoctor, analyse_compilations, start_compile_cache
 from .output import capture_output, flush_output, thread_rank
 from .programs import Program, WorkerContext, materialise_pending
@@ -36,6 +37,7 @@ class WorkerPayload:
     mesh: MeshShape | None  # set for an SPMD run
     doctor: bool = True  # the XLA doctor: compilation analysis, counters, input waits
     compile_cache: str | None = None  # XLA's persistent compilation cache directory
+    checkpoints: CheckpointPlan | None = None  # --checkpoint: where and how often, and what to resume from
 
 
 PAYLOAD: WorkerPayload | None = None
@@ -87,7 +89,7 @@ def _run(payload: WorkerPayload, context: WorkerContext, workers: int, device_la
     """
     rank = context.rank
     capture_output(payload.writer)
-    reporter = _reporter_for(payload)
+    reporter = _reporter_for(payload, context)
     reporter.enter(rank, workers)
     _start_doctor(payload, reporter, context)
     payload.writer.send(WorkerStarted(rank, workers, os.getpid(), device_label))
@@ -96,16 +98,28 @@ def _run(payload: WorkerPayload, context: WorkerContext, workers: int, device_la
     except BaseException as error:  # noqa: BLE001 - everything the user's code raises goes to the kernel
         report = ExceptionReport.of(rank, workers, error, format_user_traceback(error))
         save_exception(report, payload.places.run_dir)
+        _finish_checkpoints()  # one being written was of a good step: kept
         flush_output()
         payload.writer.send(WorkerRaised(rank, f"{report.type_name}: {report.message}"[:500]))
         return
     reporter.flush()
+    checkpointer = checkpointing.current()
+    if checkpointer is not None and rank == 0:
+        checkpointer.save_last(reporter.history)  # a loop that ran to its end: its final state
+    _finish_checkpoints()
     reporter.final_checkup()
     if rank == 0 or payload.all_results:
         materialise_pending()  # one graph for all pending work, before anything is read back
         save_result(result, payload.places, rank)
     flush_output()
     payload.writer.send(WorkerFinished(rank))
+
+
+def _finish_checkpoints() -> None:
+    """The last checkpoint written and checked before the worker reports its end."""
+    checkpointer = checkpointing.current()
+    if checkpointer is not None:
+        checkpointer.wait()
 
 
 def _start_doctor(payload: WorkerPayload, reporter: reporting.WorkerReporter, context: WorkerContext) -> None:
@@ -126,12 +140,15 @@ def _start_doctor(payload: WorkerPayload, reporter: reporting.WorkerReporter, co
             reporter.doctor = WorkerDoctor(context.rank, context.device, analysis, cache_on)
 
 
-def _reporter_for(payload: WorkerPayload) -> reporting.WorkerReporter:
-    """This process's progress reporter, created (with the Trainer hook) by its first device thread."""
+def _reporter_for(payload: WorkerPayload, context: WorkerContext) -> reporting.WorkerReporter:
+    """This process's progress reporter (and checkpoints), created (with the Trainer hook) by its first device thread."""
     with _setup_lock:
         reporter = reporting.current()
         if reporter is None:
             reporter = reporting.WorkerReporter(payload.writer, payload.stop_request)
             reporting.install(reporter)
+            if payload.checkpoints is not None:
+                world = {"world_size": context.world_size, "mesh": None if payload.mesh is None else str(payload.mesh)}
+                checkpointing.install(checkpointing.Checkpointer(payload.checkpoints, payload.writer, world))
             watch_for_trainer(spmd=payload.mesh is not None)
         return reporter

@@ -8,8 +8,10 @@ from tpu_nb.kernel.progress.state import RATE_WINDOW_SECONDS, ProgressState
 from tpu_nb.kernel.progress.text import health
 from tpu_nb.kernel.status import RUN_STATUSES
 from tpu_nb.wire.events import (
+    CheckpointSaved,
     Diagnosis,
     Heartbeat,
+    History,
     Notice,
     Output,
     Progress,
@@ -182,3 +184,27 @@ def test_a_diagnosis_is_replaced_by_fresher_evidence_and_memory_and_cache_are_sh
     assert snapshot.cache == (10, 4)
     _level, text = health(snapshot)
     assert "device memory 8 GiB of 16 GiB (50%)" in text and "compile cache 10 hits, 4 misses" in text
+
+
+def test_a_resumed_runs_curve_continues_from_its_saved_history(progress: ProgressState, clock: FakeClock) -> None:
+    start(progress)
+    progress.on_event(History(0, ((10, {"loss": 0.9}), (20, {"loss": 0.8}))))
+    train_step(progress, clock, 30, 3, {"loss": 0.7})
+    progress.on_event(History(0, ((25, {"loss": 0.75, "eval_loss": 0.8}),)))  # a later piece of the saved curve, after a row of this run
+    train_step(progress, clock, 40, 3, {"loss": 0.6})
+    snapshot = progress.snapshot()
+    assert [row.step for row in snapshot.history] == [10, 20, 25, 30, 40]
+    assert snapshot.metric_names == ("loss", "eval_loss")
+
+
+def test_the_newest_checkpoint_is_shown_and_a_failed_check_stays_in_the_notices(progress: ProgressState, clock: FakeClock) -> None:
+    start(progress)
+    assert progress.snapshot().checkpoint is None
+    progress.on_event(CheckpointSaved(0, 50, "/ck/checkpoint-50", 2.5, 0.25, 12_300_000, True, None, 0))
+    assert progress.snapshot().checkpoint == "checkpoint at step 50 verified (12.3 MB, 2.5s; the step waited 0.2s)"
+    progress.on_event(CheckpointSaved(0, 100, "/ck/checkpoint-100", 2.5, 0.25, 0, False, "its weights equal the starting weights", 0))
+    snapshot = progress.snapshot()
+    assert snapshot.checkpoint is not None and "step 50" in snapshot.checkpoint  # still the newest good one
+    assert snapshot.notices == (
+        "the checkpoint at step 100 failed its check: its weights equal the starting weights; the previous verified one is kept",
+    )

@@ -86,3 +86,11 @@ def test_the_workers_and_xla_section_is_open_when_the_doctor_found_something() -
     assert '<details class="tpu-nb-details" open>' in summary_html
     assert "XLA doctor: 1 finding" in text_of(summary_html)
     assert "In [3], line 9: loss.item()" in summary_html
+
+
+def test_the_newest_checkpoint_is_in_the_summary_html_and_text() -> None:
+    snapshot = replace(finished_run(training_metrics()), checkpoint=f"checkpoint at step 30 verified (1.0 MB, 0.5s) {HOSTILE}")
+    bundle = summary_bundle(snapshot)
+    assert f"checkpoint at step 30 verified (1.0 MB, 0.5s) {HOSTILE}" in bundle["text/plain"].splitlines()
+    assert "<script>" not in bundle["text/html"] and "checkpoint at step 30 verified" in text_of(bundle["text/html"])
+    assert "checkpoint at step" not in summary_bundle(finished_run(training_metrics()))["text/plain"]

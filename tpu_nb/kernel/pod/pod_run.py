@@ -129,6 +129,7 @@ class PodRun(FollowedRun):
 
     def _start(self) -> None:
         """Show the dashboard, copy the run to the hosts and start it there."""
+        self._deadline = self.options.deadline
         if self.options.progress:
             self._display = make_display(self.title, self.runtime_label, self.run.hosts, worker_noun="host")
             self._observers.append(self._display)
@@ -297,7 +298,7 @@ class PodRun(FollowedRun):
                 return Died(0, None, "host 0", seconds, f"finished, but its results could not be fetched ({error})")
             if result is None:
                 return Died(0, None, "host 0", seconds, "finished without saving rank 0's results")
-            return Succeeded(MappingProxyType({0: result}), seconds, self._stopping_step)
+            return Succeeded(MappingProxyType({0: result}), seconds, self._stopping_step, self._stopped_by)
 
 
 def _prefixed(prefix: str, text: str) -> str:

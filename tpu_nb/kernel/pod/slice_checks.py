@@ -109,6 +109,8 @@ def _option_problems(options: LaunchOptions, program: PodProgram, target: PodTar
     problems = options.problems()
     if options.cores is not None:
         problems.append("--cores: a pod run uses every TPU core of every host; leave --cores out.")
+    if options.checkpoints is not None:
+        problems.append("--checkpoint: checkpoints are for runs on this machine for now; save from the training cell on a pod.")
     if options.all_results:
         problems.append("all_results=True: a pod run returns rank 0's result; leave all_results out.")
     if target.backend not in BACKENDS:

@@ -28,6 +28,7 @@ from tpu_nb.wire.events import Event
 from ..status import RunStatus
 from .chart import render_chart
 from .html_parts import (
+    checkpoint_html,
     detail_html,
     details_html,
     doctor_html,
@@ -154,7 +155,7 @@ class Dashboard:
             self.detail.value = detail_html("\n".join(snapshot.failures), phase_colour("failed"))
         else:
             self.detail.value = ""
-        self.health.value = health_line_html(snapshot)
+        self.health.value = health_line_html(snapshot) + checkpoint_html(snapshot)
         self.notices.value = notices_html(snapshot.notices)
         newest = snapshot.history[-1] if snapshot.history else None
         if newest is not self._tabled_row:

@@ -92,6 +92,13 @@ def health_line_html(snapshot: ProgressSnapshot) -> str:
     return f'<div class="tpu-nb-xla-{level}">{pill("XLA " + level, HEALTH_COLOURS[level])} {html.escape(health_brief(snapshot))}</div>'
 
 
+def checkpoint_html(snapshot: ProgressSnapshot) -> str:
+    """The newest verified checkpoint, on a line of its own (nothing without --checkpoint)."""
+    if snapshot.checkpoint is None:
+        return ""
+    return f'<div class="tpu-nb-checkpoint">{pill("saved", "#2e7d32")} {html.escape(snapshot.checkpoint)}</div>'
+
+
 def health_html(snapshot: ProgressSnapshot) -> str:
     """The full XLA health text (the recompilation warning with its causes and fixes, memory, cache)."""
     level, text = health(snapshot)

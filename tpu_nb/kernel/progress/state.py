@@ -12,7 +12,19 @@ from collections import deque
 from collections.abc import Callable
 from types import MappingProxyType
 
-from tpu_nb.wire.events import Diagnosis, Event, Heartbeat, Notice, Progress, WorkerFinished, WorkerRaised, WorkerStarted
+from tpu_nb.wire.events import (
+    CheckpointSaved,
+    Diagnosis,
+    Event,
+    Heartbeat,
+    History,
+    Notice,
+    Progress,
+    WorkerFinished,
+    WorkerRaised,
+    WorkerStarted,
+)
+from tpu_nb.wire.results import format_bytes
 
 from ..status import RUN_STATUSES, RunStatus
 from .recompilation import EVAL_PHASE, RecompilationJudge
@@ -66,6 +78,8 @@ class ProgressState:
         self._workers: dict[int, _Worker] = {}
         self._notices: dict[str, None] = {}
         self._diagnoses: dict[str, Diagnosis] = {}
+        self._checkpoint: str | None = None
+        self._resumed_rows = 0
         self._compiles = RecompilationJudge()
 
     def on_event(self, event: Event) -> None:
@@ -77,6 +91,10 @@ class ProgressState:
             self._notices.setdefault(event.text, None)
         if isinstance(event, Diagnosis):
             self._diagnoses[event.key] = event  # the freshest evidence, from whichever rank
+        if isinstance(event, CheckpointSaved):
+            self._on_checkpoint(event)
+        if isinstance(event, History):
+            self._on_history(event)
         rank = getattr(event, "rank", None)
         if rank is None:
             return
@@ -138,6 +156,7 @@ class ProgressState:
             notices=tuple(self._notices),
             diagnoses=tuple(self._diagnoses.values()),
             worker_noun=self.worker_noun,
+            checkpoint=self._checkpoint,
         )
 
     def _on_heartbeat(self, event: Heartbeat, worker: _Worker, now: float) -> None:
@@ -178,6 +197,27 @@ class ProgressState:
             self._compiles.on_loss_logged(step)
         if metrics:
             self._log(step, metrics)
+
+    def _on_checkpoint(self, event: CheckpointSaved) -> None:
+        if event.verified:
+            self._checkpoint = (
+                f"checkpoint at step {event.step} verified ({format_bytes(event.size)}, {event.seconds:.1f}s; "
+                f"the step waited {event.stall_seconds:.1f}s)"
+            )
+        else:
+            # Kept in the notices: a checkpoint that failed its check must not scroll away.
+            self._notices.setdefault(
+                f"the checkpoint at step {event.step} failed its check: {event.problem}; the previous verified one is kept", None
+            )
+
+    def _on_history(self, event: History) -> None:
+        """A resumed run's curve so far, before what this run logs."""
+        earlier = [MetricRow(step, MappingProxyType(dict(metrics))) for step, metrics in event.rows]
+        self._history[self._resumed_rows : self._resumed_rows] = earlier  # pieces arrive in order, before or among this run's rows
+        self._resumed_rows += len(earlier)
+        for _step, metrics in event.rows:
+            for name in metrics:
+                self._metric_names.setdefault(name, None)
 
     def _advance(self, step: int | None, now: float) -> None:
         if step is None or (self._step is not None and step <= self._step):

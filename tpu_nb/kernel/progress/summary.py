@@ -11,6 +11,7 @@ import html
 
 from .chart import render_chart
 from .html_parts import (
+    checkpoint_html,
     detail_html,
     details_html,
     doctor_html,
@@ -65,7 +66,7 @@ def render_summary(snapshot: ProgressSnapshot) -> tuple[str, bytes | None]:
         side_by_side.append(f'<div style="flex:1 1 280px">{values}</div>')
     if side_by_side:
         parts.append(f'<div style="display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start">{"".join(side_by_side)}</div>')
-    parts.append(health_line_html(snapshot))
+    parts.append(health_line_html(snapshot) + checkpoint_html(snapshot))
     details = workers_html(snapshot) + health_html(snapshot) + doctor_html(snapshot)
     parts += [details_html("Workers and XLA", details, needs_attention(snapshot), "tpu-nb-details"), notices_html(snapshot.notices)]
     return f'<div class="tpu-nb-summary">{"".join(parts)}</div>', png
@@ -92,6 +93,8 @@ def summary_text(snapshot: ProgressSnapshot) -> str:
     if snapshot.detail:
         lines.append(snapshot.detail)
     lines.append(health(snapshot)[1])
+    if snapshot.checkpoint is not None:
+        lines.append(snapshot.checkpoint)
     lines += [f"XLA doctor: {diagnosis_text(diagnosis)}" for diagnosis in snapshot.diagnoses]
     lines += [f"note: {notice}" for notice in snapshot.notices]
     return "\n".join(lines)

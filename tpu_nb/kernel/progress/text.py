@@ -88,6 +88,8 @@ def status_line(snapshot: ProgressSnapshot) -> str:
     if snapshot.compile_count:
         parts.append(f"compilations: {snapshot.compile_count}")
     parts.append(workers_text(snapshot))
+    if snapshot.checkpoint is not None:
+        parts.append(snapshot.checkpoint)
     return " | ".join(parts)
 
 
