@@ -115,3 +115,14 @@ def test_the_listing_shows_step_loss_size_and_state(tmp_path: Path) -> None:
     assert "failed its check" in lines[3]
     assert markup.count("<tr>") == 3 and "&#x27;" not in markup
     assert describe_checkpoints(str(tmp_path / "nowhere"))[0].endswith("no checkpoints")
+
+
+def test_a_fresh_run_into_a_directory_with_an_earlier_runs_checkpoints_is_refused(tmp_path: Path) -> None:
+    saved(tmp_path, 60)
+    with pytest.raises(LaunchRefused) as refused:
+        plan_checkpoints(str(tmp_path), None, 2, None)
+    assert "holds checkpoints of an earlier run (the newest at step 60): add --resume to continue it" in str(refused.value)
+    with pytest.raises(LaunchRefused, match="holds checkpoints of an earlier run"):
+        plan_checkpoints(str(tmp_path), None, 2, str(tmp_path / "elsewhere"))  # resuming another run into this one
+    resumed = plan_checkpoints(str(tmp_path), None, 2, True)
+    assert resumed is not None and resumed.resume_from == str(tmp_path / "checkpoint-60")

@@ -13,20 +13,34 @@ import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 from IPython.utils.capture import capture_output
 from nbclient import NotebookClient
+from nbclient.util import run_sync
 from support.kernel import text_of
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 def execute(name: str, workdir: Path, time_bound: float) -> tuple[nbformat.NotebookNode, str, float]:
-    """Run a copy of the notebook in `workdir`; fail on any error output."""
+    """Run a copy of the notebook in `workdir`; fail on any error output.
+
+    Before a cell tagged "after-restart" the kernel is restarted, as the notebook asks its reader to, and the
+    cells tagged "parameters" and "setup" are run again.
+    """
     shutil.copy(NOTEBOOKS / name, workdir / name)
     notebook = nbformat.read(workdir / name, as_version=4)
     client = NotebookClient(
         notebook, timeout=int(time_bound), kernel_name="python3", store_widget_state=True, resources={"metadata": {"path": str(workdir)}}
     )
     started = time.monotonic()
-    client.execute(env=dict(os.environ, PJRT_DEVICE="CPU", HF_HUB_OFFLINE="1"))
+    with client.setup_kernel(env=dict(os.environ, PJRT_DEVICE="CPU", HF_HUB_OFFLINE="1")):
+        for index, cell in enumerate(notebook.cells):
+            if "after-restart" in cell.metadata.get("tags", []):
+                run_sync(client.km.restart_kernel)(now=False)
+                run_sync(client.kc.wait_for_ready)(timeout=60)
+                for again, earlier in enumerate(notebook.cells[:index]):
+                    if {"parameters", "setup"} & set(earlier.metadata.get("tags", [])):
+                        client.execute_cell(earlier, again)
+            client.execute_cell(cell, index)
+        client.set_widgets_metadata()
     seconds = time.monotonic() - started
     errors = [output for cell in notebook.cells for output in cell.get("outputs", []) if output.output_type == "error"]
     assert not errors, errors
@@ -138,3 +152,16 @@ def test_pod_slice(tmp_path: Path) -> None:
     before, after = map(float, re.search(r"accuracy before: ([\d.]+), after: ([\d.]+)", text).groups())
     assert after > before + 0.3
     print(f"05_pod_slice: {seconds:.0f}s, accuracy {before:.2f} -> {after:.2f}")
+
+
+def test_checkpoint_deadline_resume(tmp_path: Path) -> None:
+    _notebook, text, seconds = execute("06_checkpoint_deadline_resume.ipynb", tmp_path, time_bound=600)
+    stopped = int(re.search(r"stopped by its deadline at step (\d+)", text).group(1))
+    assert 0 < stopped < 60
+    assert f"resumed from checkpoints/checkpoint-{stopped} (step {stopped})" in text
+    assert "pin_memory" not in text  # the Trainer's default pinning, which no XLA device uses, is off
+    before, after = map(float, re.search(r"accuracy before: ([\d.]+), after: ([\d.]+)", text).groups())
+    assert after > before + 0.3
+    listing = text.rsplit("accuracy before", 1)[1]
+    assert re.search(r"^60 .* verified$", listing, flags=re.M), listing  # the end of the run, checked
+    print(f"06_checkpoint_deadline_resume: {seconds:.0f}s, stopped at step {stopped}, accuracy {before:.2f} -> {after:.2f}")

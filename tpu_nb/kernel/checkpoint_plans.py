@@ -55,8 +55,10 @@ def plan_checkpoints(
         bytes_allowed = None
     resume_from: str | None = None
     passed_over: tuple[str, ...] = ()
+    source = resume if isinstance(resume, str) and resume else directory
+    if not resume or source != directory:
+        problems += _earlier_run(directory)
     if resume:
-        source = resume if isinstance(resume, str) and resume else directory
         newest = newest_verified(source)
         if newest is None:
             problems.append(_nothing_to_resume(source))
@@ -102,6 +104,17 @@ def describe_checkpoints(directory: str) -> tuple[str, str]:
     cells = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
     markup = f"<p><b>{html.escape(directory)}</b></p><table><tr>" + "".join(f"<th>{name}</th>" for name in header) + f"</tr>{cells}</table>"
     return text, markup
+
+
+def _earlier_run(directory: str) -> list[str]:
+    """A fresh run into a directory holding another run's checkpoints would mix the two: a resume could take either."""
+    found = list_checkpoints(directory)
+    if not found:
+        return []
+    return [
+        f"--checkpoint {directory} holds checkpoints of an earlier run (the newest at step {found[-1].step}): add --resume to "
+        "continue it, or give another directory (or delete its checkpoint-* folders) to start over."
+    ]
 
 
 def _nothing_to_resume(directory: str) -> str:

@@ -278,8 +278,12 @@ def _notice(text: str) -> None:
 
 
 def _make_xla_safe(training_args: Any) -> None:
-    """Swap a default fused AdamW for the plain one; an explicit choice is kept."""
-    field = type(training_args).__dataclass_fields__["optim"]
+    """Swap a default fused AdamW for the plain one, and turn the default pinned memory off; explicit choices are kept."""
+    fields = type(training_args).__dataclass_fields__
+    if training_args.dataloader_pin_memory and fields["dataloader_pin_memory"].default:
+        # Pinned memory serves CUDA copies; with none, torch warns at every epoch that it cannot pin.
+        training_args.dataloader_pin_memory = False
+    field = fields["optim"]
     if _value(training_args.optim) == _XLA_UNSAFE_OPTIM and _value(field.default) == _XLA_UNSAFE_OPTIM:
         training_args.optim = XLA_SAFE_OPTIM
         _notice(
