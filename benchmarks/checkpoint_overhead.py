@@ -73,7 +73,9 @@ def main() -> None:
         plain.append(measured["steps_per_second"])
         host_copies.append(measured["host_copy_seconds"])
         with tempfile.TemporaryDirectory() as directory:
-            measured = tpu_nb.launch(train, STEPS, WARMUP, progress=False, checkpoint=str(Path(directory) / "run"), every=f"{EVERY}steps", keep=2)
+            measured = tpu_nb.launch(
+                train, STEPS, WARMUP, progress=False, checkpoint=str(Path(directory) / "run"), every=f"{EVERY}steps", keep=2
+            )
             checkpointed.append(measured["steps_per_second"])
             records = [found.record for found in list_checkpoints(str(Path(directory) / "run")) if found.record is not None]
         # Only the two newest are kept; each record of a kept one says how its save went.
