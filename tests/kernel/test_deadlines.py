@@ -38,8 +38,9 @@ def test_the_stop_comes_early_enough_for_the_last_save_and_says_when() -> None:
     assert deadline.stop_at(100.0, NOW) == deadline.at - 300  # three times the longest save
     short = Deadline(NOW + 30, session_end=False)
     assert short.stop_at(None, NOW) == NOW + 24  # a short run keeps at most a fifth of its time for the save
-    said = deadline.describe(5.0, NOW)
+    said = deadline.describe(5.0, NOW, saves=True)
     end = datetime.datetime.fromtimestamp(deadline.at).strftime("%H:%M:%S")
     stop = datetime.datetime.fromtimestamp(deadline.at - 60).strftime("%H:%M:%S")
     assert said == f"Kaggle ends this session at {end}; tpu_nb saves and stops at {stop} (--deadline to choose)"
-    assert short.describe(None, NOW).startswith("deadline ")
+    said_without = short.describe(None, NOW, saves=False)
+    assert said_without.startswith("deadline ") and said_without.endswith("(add --checkpoint DIR to save it then)")

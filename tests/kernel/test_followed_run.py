@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tpu_nb.kernel.deadlines import Deadline
 from tpu_nb.kernel.endings import Ending
 from tpu_nb.kernel.followed_run import FollowedRun, run_in_foreground
 from tpu_nb.kernel.options import LaunchOptions
@@ -135,3 +136,14 @@ def test_closing_a_run_that_did_not_end_ends_it() -> None:
 def test_finish_is_for_an_ended_run() -> None:
     with pytest.raises(AssertionError, match="finish\\(\\) is for a run that has ended"):
         ScriptedRun(LaunchOptions()).finish()
+
+
+def test_a_deadline_asks_for_a_graceful_stop_early_enough_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    run = ScriptedRun(LaunchOptions())
+    run._deadline = Deadline(time.time() + 1.0, session_end=False)  # what a run's `_start` sets from --deadline
+    run.start()
+    follow(run)
+    assert run.ended and run.stop_asked and run.ended_with == []  # a graceful stop, nothing ended hard
+    said = capsys.readouterr().err
+    assert said.startswith("tpu_nb: stopping now: deadline ") and said.rstrip().endswith("(add --checkpoint DIR to save it then).")
+    assert run._stopped_by == "its deadline"

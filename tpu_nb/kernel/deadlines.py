@@ -40,11 +40,13 @@ class Deadline:
         margin = FIRST_SAVE_MARGIN if longest_save is None else max(SAVE_MARGIN_MINIMUM, 3 * longest_save)
         return self.at - min(margin, SHARE_OF_RUN * max(self.at - started, 0.0))
 
-    def describe(self, longest_save: float | None, started: float) -> str:
+    def describe(self, longest_save: float | None, started: float, saves: bool) -> str:
+        """What the dashboard says at the start; `saves`: the run has --checkpoint."""
         stop = _clock(self.stop_at(longest_save, started))
+        how = f"tpu_nb saves and stops at {stop}" if saves else f"tpu_nb stops the run at {stop} (add --checkpoint DIR to save it then)"
         if self.session_end:
-            return f"Kaggle ends this session at {_clock(self.at)}; tpu_nb saves and stops at {stop} (--deadline to choose)"
-        return f"deadline {_clock(self.at)}: tpu_nb saves and stops at {stop}"
+            return f"Kaggle ends this session at {_clock(self.at)}; {how} (--deadline to choose)"
+        return f"deadline {_clock(self.at)}: {how}"
 
 
 def deadline_for(text: str | None, info: RuntimeInfo | None, now: float | None = None) -> Deadline | None:

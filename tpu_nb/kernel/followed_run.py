@@ -74,7 +74,7 @@ class FollowedRun(ABC):
         self._start()
         self._started_at, self._started_wall = time.monotonic(), time.time()
         if self._deadline is not None:
-            self._deliver(Notice(0, self._deadline.describe(self._longest_save, self._started_wall)))
+            self._deliver(Notice(0, self._deadline_text()))
 
     def poll(self) -> None:
         """Deliver events for a moment; notice the end; apply a failure, a kill, the timeout or the stop's grace period."""
@@ -95,7 +95,8 @@ class FollowedRun(ABC):
             # Early enough for the last checkpoint: a graceful stop, as on an interrupt.
             self._stopped_by = "its deadline"
             self.request_stop()
-            self._write("stderr", f"tpu_nb: stopping now, with a checkpoint: {self._deadline_text()}.\n")
+            saving = ", with a checkpoint" if self.options.checkpoints is not None else ""
+            self._write("stderr", f"tpu_nb: stopping now{saving}: {self._deadline_text()}.\n")
         elif self._stop_requested_at is not None and not self._stop_reached() and now - self._stop_requested_at > self._stop_grace:
             # No step boundary in time (a loop without report(), a long compilation): stop hard.
             self._end_now("interrupt")
@@ -148,7 +149,7 @@ class FollowedRun(ABC):
 
     def _deadline_text(self) -> str:
         assert self._deadline is not None
-        return self._deadline.describe(self._longest_save, self._started_wall)
+        return self._deadline.describe(self._longest_save, self._started_wall, saves=self.options.checkpoints is not None)
 
     def _deliver(self, event: Event) -> None:
         if isinstance(event, CheckpointSaved):
