@@ -24,13 +24,12 @@ T = TypeVar("T")
 
 def track(**objects: Any) -> int:
     """Keep these in every checkpoint (`model=` is checked against the checkpoint it resumes from); the step to start from."""
-    from tpu_nb.workers import checkpointing, reporting
+    from tpu_nb.workers import reporting
 
-    checkpointer = checkpointing.current()
     reporter = reporting.current()
-    if checkpointer is None or reporter is None:
+    if reporter is None or reporter.checkpointer is None:
         return 0
-    return checkpointer.track(objects, reporter.rank)
+    return reporter.checkpointer.track(objects, reporter.rank)
 
 
 def skip(batches: Iterable[T], steps: int) -> Iterator[T]:

@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from tpu_nb.wire.events import Heartbeat, Notice, Progress, Stopping
 
-from . import checkpointing
-
 if TYPE_CHECKING:
     from tpu_nb.wire.channel import EventSink
     from tpu_nb.wire.stop_request import StopRequest
+    from tpu_nb.workers.checkpointing import Checkpointer
 
     from .doctor.probe import Checkup, WorkerDoctor
 
@@ -53,6 +52,7 @@ class WorkerReporter:
         self.doctor: WorkerDoctor | None = None  # set before the user's code runs, unless the doctor is off
         self.own_reads = 0  # device values tpu_nb itself read (report()'s lazy loss), which the doctor discounts
         self.history: list[tuple[int | None, dict[str, float]]] = []  # what rank 0 sent: a checkpoint keeps the curve
+        self.checkpointer: Checkpointer | None = None  # with --checkpoint: this process's checkpoints
         self._heartbeat = threading.Thread(target=self._beat, name="tpu_nb-heartbeat", daemon=True)
 
     def enter(self, rank: int, world_size: int) -> None:
@@ -215,7 +215,7 @@ def report(
         values["loss"] = loss
     samples = None if batch_size is None else batch_size * reporter.world_size
     progress = Progress(reporter.rank, step, {}, max_steps, epoch, "train", samples)
-    checkpointer = checkpointing.current() if reporter.rank == 0 and step is not None else None
+    checkpointer = reporter.checkpointer if reporter.rank == 0 and step is not None else None
     if stopping:
         reporter.unsent = (progress, values) if reporter.rank == 0 else None
         reporter.flush()

@@ -10,7 +10,8 @@ from transformers import TrainerCallback
 from tpu_nb.wire.checkpoints import RECORD
 from tpu_nb.wire.events import Progress
 
-from . import checkpointing, reporting
+from . import reporting
+from .checkpointing import Checkpointer
 
 
 class TpuNbCallback(TrainerCallback):
@@ -18,7 +19,7 @@ class TpuNbCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _note(state, args, "train", always=True)
-        checkpointer = checkpointing.current()
+        checkpointer = _checkpointer()
         if checkpointer is not None and state.is_world_process_zero and kwargs.get("model") is not None:
             checkpointer.remember_start(kwargs["model"])
 
@@ -30,7 +31,7 @@ class TpuNbCallback(TrainerCallback):
             # checkpoint (from the master, through xm.save on XLA).
             control.should_training_stop = True
             control.should_save = True
-        checkpointer = checkpointing.current()
+        checkpointer = _checkpointer()
         if checkpointer is None:
             return
         if checkpointer.plan.every.seconds is not None and (checkpointer.due(state.global_step) or state.global_step >= state.max_steps):
@@ -40,12 +41,11 @@ class TpuNbCallback(TrainerCallback):
             (Path(args.output_dir) / f"checkpoint-{state.global_step}" / RECORD).unlink(missing_ok=True)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        checkpointer = checkpointing.current()
         reporter = reporting.current()
-        if checkpointer is None or reporter is None or not state.is_world_process_zero or kwargs.get("model") is None:
+        if reporter is None or reporter.checkpointer is None or not state.is_world_process_zero or kwargs.get("model") is None:
             return
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        checkpointer.verify_trainer_checkpoint(path, kwargs["model"], state.global_step, reporter.history)
+        reporter.checkpointer.verify_trainer_checkpoint(path, kwargs["model"], state.global_step, reporter.history)
 
     def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _note(state, args, "eval")
@@ -60,6 +60,11 @@ class TpuNbCallback(TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _note(state, args, "train", always=True)
+
+
+def _checkpointer() -> Checkpointer | None:
+    reporter = reporting.current()
+    return None if reporter is None else reporter.checkpointer
 
 
 def _note(state: Any, args: Any, phase: str, always: bool = False) -> None:

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
-from . import checkpointing, reporting
+from . import reporting, xla_seed
+from .checkpoint_files import local_copy, trainer_directory
 
 _TRAINER_MODULE = "transformers.trainer"
 # transformers 5 defaults to the fused AdamW on torch >= 2.8, which fails on
@@ -92,12 +93,12 @@ def _patch(module: Any, spmd: bool) -> None:
     original_train = trainer_class.train
 
     def train(self: Any, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
-        checkpointer = checkpointing.current()
-        if resume_from_checkpoint is None and checkpointer is not None and checkpointer.plan.resume_from is not None:
+        reporter = reporting.current()
+        checkpointer = None if reporter is None else reporter.checkpointer
+        if resume_from_checkpoint is None and reporter is not None and checkpointer is not None and checkpointer.plan.resume_from:
             # --resume: the newest verified checkpoint, which the kernel chose (copied here first, for a URL).
-            resume_from_checkpoint = str(checkpointing.local_copy(checkpointer.plan.resume_from))
-            reporter = reporting.current()
-            checkpointer.resume_trainer(resume_from_checkpoint, self.model, 0 if reporter is None else reporter.rank)
+            resume_from_checkpoint = str(local_copy(checkpointer.plan.resume_from))
+            checkpointer.resume_trainer(resume_from_checkpoint, self.model, reporter.rank)
         return original_train(self, resume_from_checkpoint, *args, **kwargs)
 
     trainer_class.train = train
@@ -109,7 +110,7 @@ def _patch(module: Any, spmd: bool) -> None:
 def _keep_the_seed_through_saves(trainer_class: Any) -> None:
     """A Trainer's save syncs several times, and each sync moves XLA's random seed: a run that saved (or stopped at
     a deadline and resumed) would draw other dropout masks than one that did not. Each save leaves the seed as
-    `checkpointing.seed_kept` does, and its RNG file holds that seed, where the run goes on from.
+    `xla_seed.seed_kept` does, and its RNG file holds that seed, where the run goes on from.
 
     A resume loads that seed after the first batches of its epoch were fetched (each fetch syncs): those syncs
     are applied to it, so the next step draws what it drew in the run that saved. At an epoch's start it loads
@@ -121,7 +122,7 @@ def _keep_the_seed_through_saves(trainer_class: Any) -> None:
     original_run_epoch, original_load_rng = trainer_class._run_epoch, trainer_class._load_rng_state
 
     def _save_checkpoint(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with checkpointing.seed_kept() as seed:
+        with xla_seed.seed_kept() as seed:
             self._tpu_nb_seed = seed
             try:
                 return original_save(self, *args, **kwargs)
@@ -137,21 +138,21 @@ def _keep_the_seed_through_saves(trainer_class: Any) -> None:
         return original_save_rng(self, *args, **kwargs)
 
     def _run_epoch(self: Any, *args: Any, **kwargs: Any) -> Any:
-        self._tpu_nb_epoch_seed = checkpointing.xla_seed()
+        self._tpu_nb_epoch_seed = xla_seed.current_seed()
         return original_run_epoch(self, *args, **kwargs)
 
     def _load_rng_state(self: Any, *args: Any, **kwargs: Any) -> Any:
-        before = checkpointing.xla_seed()
+        before = xla_seed.current_seed()
         result = original_load_rng(self, *args, **kwargs)
-        epoch_seed, loaded = getattr(self, "_tpu_nb_epoch_seed", None), checkpointing.xla_seed()
+        epoch_seed, loaded = getattr(self, "_tpu_nb_epoch_seed", None), xla_seed.current_seed()
         if epoch_seed is not None and before is not None and loaded is not None:
-            syncs = checkpointing.syncs_between(epoch_seed, before)
+            syncs = xla_seed.syncs_between(epoch_seed, before)
             if syncs == 0:
                 syncs = 1  # the epoch's end in the run that saved
             if syncs is not None:
                 import torch_xla.core.xla_model as xm
 
-                xm.set_rng_state(checkpointing.seed_after_syncs(loaded, syncs))
+                xm.set_rng_state(xla_seed.seed_after_syncs(loaded, syncs))
         return result
 
     trainer_class._save_checkpoint = _save_checkpoint
@@ -174,12 +175,12 @@ def _prepared(training_args: Any, model: Any, spmd: bool) -> Any:
 
 def _checkpointing(training_args: Any) -> Any:
     """With --checkpoint: the Trainer's own checkpoints, where and as often as asked; tpu_nb checks and prunes them."""
-    checkpointer = checkpointing.current()
-    if checkpointer is None:
+    reporter = reporting.current()
+    if reporter is None or reporter.checkpointer is None:
         return training_args
-    plan = checkpointer.plan
+    plan = reporter.checkpointer.plan
     every = plan.every
-    directory = checkpointing.trainer_directory(plan.directory)
+    directory = trainer_directory(plan.directory)
     _notice(f"Trainer: checkpoints in {plan.directory} every {every} and when the run stops (--checkpoint), each checked by tpu_nb")
     return dataclasses.replace(
         training_args,

@@ -98,15 +98,14 @@ def _run(payload: WorkerPayload, context: WorkerContext, workers: int, device_la
     except BaseException as error:  # noqa: BLE001 - everything the user's code raises goes to the kernel
         report = ExceptionReport.of(rank, workers, error, format_user_traceback(error))
         save_exception(report, payload.places.run_dir)
-        _finish_checkpoints()  # one being written was of a good step: kept
+        _finish_checkpoints(reporter)  # one being written was of a good step: kept
         flush_output()
         payload.writer.send(WorkerRaised(rank, f"{report.type_name}: {report.message}"[:500]))
         return
     reporter.flush()
-    checkpointer = checkpointing.current()
-    if checkpointer is not None and rank == 0:
-        checkpointer.save_last(reporter.history)  # a loop that ran to its end: its final state
-    _finish_checkpoints()
+    if reporter.checkpointer is not None and rank == 0:
+        reporter.checkpointer.save_last(reporter.history)  # a loop that ran to its end: its final state
+    _finish_checkpoints(reporter)
     reporter.final_checkup()
     if rank == 0 or payload.all_results:
         materialise_pending()  # one graph for all pending work, before anything is read back
@@ -115,11 +114,10 @@ def _run(payload: WorkerPayload, context: WorkerContext, workers: int, device_la
     payload.writer.send(WorkerFinished(rank))
 
 
-def _finish_checkpoints() -> None:
+def _finish_checkpoints(reporter: reporting.WorkerReporter) -> None:
     """The last checkpoint written and checked before the worker reports its end."""
-    checkpointer = checkpointing.current()
-    if checkpointer is not None:
-        checkpointer.wait()
+    if reporter.checkpointer is not None:
+        reporter.checkpointer.wait()
 
 
 def _start_doctor(payload: WorkerPayload, reporter: reporting.WorkerReporter, context: WorkerContext) -> None:
@@ -149,6 +147,6 @@ def _reporter_for(payload: WorkerPayload, context: WorkerContext) -> reporting.W
             reporting.install(reporter)
             if payload.checkpoints is not None:
                 world = {"world_size": context.world_size, "mesh": None if payload.mesh is None else str(payload.mesh)}
-                checkpointing.install(checkpointing.Checkpointer(payload.checkpoints, payload.writer, world))
+                reporter.checkpointer = checkpointing.Checkpointer(payload.checkpoints, payload.writer, world)
             watch_for_trainer(spmd=payload.mesh is not None)
         return reporter
