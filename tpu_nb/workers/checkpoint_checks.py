@@ -96,14 +96,14 @@ def check_loop_checkpoint(path: Path, state: Mapping[str, Any], start: Mapping[s
 
 def model_checksums(model: Any) -> dict[str, str]:
     """Each weight's checksum, under the model's own names, copied to the host a tensor at a time (sharded ones gathered)."""
-    from .programs import unwrapped_key
+    from .read_back import unwrapped_key
 
     with seed_kept():
         return {unwrapped_key(key): checksum(tensor) for key, tensor in model.state_dict().items()}
 
 
 def parameter_shapes(model: Any) -> dict[str, list[int]]:
-    from .programs import unwrapped_key
+    from .read_back import unwrapped_key
 
     return {unwrapped_key(name): list(tensor.shape) for name, tensor in model.state_dict().items()}
 

@@ -269,7 +269,7 @@ def thinned(history: list[tuple[int | None, dict[str, float]]]) -> list[tuple[in
 
 def _cpu_states(objects: Mapping[str, Any]) -> dict[str, Any]:
     """A copy in host memory of every tracked object's state (the model's under its own names), which training cannot touch."""
-    from .programs import unwrapped_key
+    from .read_back import unwrapped_key
 
     states = {}
     for name, value in objects.items():
@@ -291,13 +291,13 @@ def _host_copy(value: Any) -> Any:
     return value
 
 
-def _rng_states(current_seed: int | None) -> dict[str, Any]:
+def _rng_states(xla: int | None) -> dict[str, Any]:
     import numpy
     import torch
 
     states: dict[str, Any] = {"python": random.getstate(), "numpy": numpy.random.get_state(), "torch": torch.get_rng_state()}
-    if current_seed is not None:
-        states["xla"] = current_seed
+    if xla is not None:
+        states["xla"] = xla
     return states
 
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from types import CodeType, MappingProxyType
 from typing import Any, Protocol
 
-from tpu_nb.runtime.system import xla_runtime_started
 from tpu_nb.wire.results import ModuleWeights, RankResult
 
+from .read_back import materialise_pending, unwrapped_key
 from .reporting import StopTraining, report
 
 
@@ -117,23 +117,3 @@ def module_weights(module: Any) -> ModuleWeights:
     """The module's full weights on the CPU (a sharded tensor's `.cpu()` gathers its shards)."""
     materialise_pending()
     return ModuleWeights({unwrapped_key(key): tensor.cpu() for key, tensor in module.state_dict().items()})
-
-
-def unwrapped_key(key: str) -> str:
-    """A state-dict key without FSDPv2's wrappers.
-
-    torch_xla's SpmdFullyShardedDataParallel (what a Trainer's FSDPv2 uses)
-    replaces layers by wrappers in place, which adds `_orig_module.` to
-    their keys; the notebook's module, never wrapped, has the plain ones.
-    """
-    return key.replace("_orig_module.", "")
-
-
-def materialise_pending() -> None:
-    """Run every pending XLA computation as one graph, if this process uses XLA.
-
-    Reading lazy tensors one at a time compiles a graph per tensor: returning
-    a tiny BERT that way cost 40 compilations and 80 s (measured).
-    """
-    if xla_runtime_started(sys.modules):
-        sys.modules["torch_xla"].sync()

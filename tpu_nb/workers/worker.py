@@ -20,7 +20,8 @@ from tpu_nb.wire.stop_request import StopRequest
 from . import checkpointing, reporting
 from .doctor.probe import WorkerDoctor, analyse_compilations, start_compile_cache
 from .output import capture_output, flush_output, thread_rank
-from .programs import Program, WorkerContext, materialise_pending
+from .programs import Program, WorkerContext
+from .read_back import materialise_pending
 from .tracebacks import format_user_traceback
 from .trainer_hook import watch_for_trainer
 
