@@ -60,3 +60,17 @@ def test_local_paths_and_file_urls_are_used_in_place(tmp_path: Path) -> None:
     local = Path(trainer_directory("gs://bucket/run"))  # a Trainer writes locally; tpu_nb uploads each checked checkpoint
     assert local.is_dir() and local != tmp_path
     local.rmdir()
+
+
+def test_pruning_removes_staging_left_by_a_cut_write_once_a_later_checkpoint_counts(tmp_path: Path) -> None:
+    from tpu_nb.wire.checkpoints import CheckpointRecord
+    from tpu_nb.workers.checkpoint_files import prune
+
+    (tmp_path / "checkpoint-3.partial").mkdir()  # the session ended while step 3 was written
+    (tmp_path / "checkpoint-9.partial").mkdir()  # being written now
+    (tmp_path / "checkpoint-5").mkdir()
+    (tmp_path / "checkpoint-5" / "state.pt").write_bytes(b"12345")
+    record = CheckpointRecord(5, "loop", "2026-12-01T20:00:00+00:00", 1.0, 0.1, 5, True, None, None, [], {}, {}, {}, {"state.pt": 5})
+    (tmp_path / "checkpoint-5" / RECORD).write_text(record.to_json())
+    prune(str(tmp_path), keep=2)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["checkpoint-5", "checkpoint-9.partial"]

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tpu_nb.wire.checkpoints import PARTIAL, RECORD, Checkpoint, checkpoint_name, list_checkpoints
+from tpu_nb.wire.checkpoints import PARTIAL, PREFIX, RECORD, Checkpoint, checkpoint_name, list_checkpoints
 
 
 def prune(directory: str, keep: int, budget: int | None = None) -> list[Checkpoint]:
@@ -35,6 +35,12 @@ def prune(directory: str, keep: int, budget: int | None = None) -> list[Checkpoi
     filesystem, _root = fsspec.core.url_to_fs(directory)
     for checkpoint in removed:
         filesystem.rm(fsspec.core.url_to_fs(checkpoint.path)[1], recursive=True)
+    if not is_remote(directory):
+        # A write the session's end cut short leaves its staging directory: gone once a later checkpoint counts.
+        for staging in Path(directory.removeprefix("file://")).glob(f"{PREFIX}*{PARTIAL}"):
+            step = staging.name.removeprefix(PREFIX).removesuffix(PARTIAL)
+            if step.isdigit() and int(step) < newest:
+                shutil.rmtree(staging, ignore_errors=True)
     return removed
 
 
