@@ -44,3 +44,26 @@ def test_a_clean_cell_shows_no_finding(kernel: Kernel) -> None:
     assert not errors_of(cell), text_of(cell)
     assert "XLA doctor" not in summary_of(cell)["text/plain"]
     assert "tpu-nb-doctor" not in summary_of(cell)["text/html"]
+
+
+CYCLING = """%%tpu_train
+layer = torch.nn.Linear(64, 8).to(device)
+optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+for step in range(1, 41):
+    x = torch.randn(8 + step % 6, 64).to(device)
+    loss = layer(x).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    torch_xla.sync()
+    report(step=step, loss=loss)
+"""
+
+
+def test_a_step_compiled_per_batch_size_in_warm_up_is_named_by_its_cell_lines(kernel: Kernel) -> None:
+    kernel.run("%load_ext tpu_nb\nimport torch, torch_xla", allow_errors=False)
+    cell = kernel.run(CYCLING, timeout=300)
+    assert not errors_of(cell), text_of(cell)
+    text = summary_of(cell)["text/plain"]
+    assert "XLA doctor: Compiled once per input shape: the step's graph was compiled 6 times for 6 input shapes" in text
+    assert "In [2], line 10: torch_xla.sync() (6 graphs); In [2], line 5: x = torch.randn(8 + step % 6, 64).to(device) (6 shapes)" in text

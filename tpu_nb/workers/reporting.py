@@ -135,18 +135,18 @@ class WorkerReporter:
 
     def final_checkup(self) -> None:
         """The doctor's last look when the user's code returns, so a short run's findings reach the summary."""
-        checkup = self._checkup()
+        checkup = self._checkup(final=True)
         for diagnosis in checkup.diagnoses if checkup is not None else ():
             self.writer.send(diagnosis)
 
-    def _checkup(self) -> Checkup | None:
-        """The XLA doctor's readings; a failing doctor is turned off with one note, never the heartbeat."""
+    def _checkup(self, final: bool = False) -> Checkup | None:
+        """The XLA doctor's readings (`final`: the run's end); a failing doctor is turned off with one note, never the heartbeat."""
         doctor = self.doctor
         if doctor is None:
             return None
         steps = max((step if step is not None else self._calls.get(rank, 0) for rank, step in list(self.steps.items())), default=0)
         try:
-            return doctor.check(steps, self.own_reads)
+            return doctor.check(steps, self.own_reads, final)
         except Exception as error:  # noqa: BLE001 - the doctor must never stop the heartbeat that shows liveness
             self.doctor = None
             rank = next(iter(self.steps), 0)

@@ -9,17 +9,33 @@ from dataclasses import replace
 from tpu_nb.wire.channel import MAX_FRAME
 from tpu_nb.wire.events import Heartbeat
 from tpu_nb.workers.doctor.analysis_log import HOST_READ_CAUSE, Compilation, Frame
-from tpu_nb.workers.doctor.findings import CPU_FALLBACK, HOST_READ, INPUT_BOUND, NO_EXECUTION, Doctor, Reading, shape_change
+from tpu_nb.workers.doctor.findings import (
+    CPU_FALLBACK,
+    HOST_READ,
+    INPUT_BOUND,
+    NO_EXECUTION,
+    PER_SHAPE,
+    Doctor,
+    Reading,
+    shape_change,
+)
 
 CELL = "/tmp/ipykernel_1/cell.py"
 linecache.cache[CELL] = (
     0,
     None,
-    ["for batch in loader:\n", "    loss = step(batch)\n", "    torch_xla.sync()\n", "    print(loss.item())\n"],
+    [
+        "for batch in loader:\n",
+        "    loss = step(batch)\n",
+        "    torch_xla.sync()\n",
+        "    print(loss.item())\n",
+        "    x = batch.to(device)\n",
+    ],
     CELL,
 )
 SYNC_LINE = Frame("<module>", CELL, 3)
 READ_LINE = Frame("<module>", CELL, 4)
+MOVE_LINE = Frame("<module>", CELL, 5)
 LIBRARY = Frame("sync", "/venv/lib/python3.11/site-packages/torch_xla/torch_xla.py", 87)
 
 START = Reading(step=0, seconds=0.0, executions=0, host_reads=0, own_reads=0, fallbacks={}, input_wait=0.0)
@@ -34,8 +50,8 @@ def steps(doctor: Doctor, *readings: Reading) -> list[str]:
 
 
 def at(step: int, **counts: object) -> Reading:
-    """A reading at `step`, one second per step, one execution per step, plus `counts`."""
-    return replace(START, step=step, seconds=float(step), executions=step, **counts)  # type: ignore[arg-type]
+    """A reading at `step`, one second per step, one execution per step, with `counts` (and `seconds`) as given."""
+    return replace(START, **{"step": step, "seconds": float(step), "executions": step, **counts})  # type: ignore[arg-type]
 
 
 def test_a_clean_loop_gets_no_diagnosis() -> None:
@@ -47,7 +63,7 @@ def test_per_step_reads_beyond_tpu_nbs_own_are_host_syncs_with_their_line() -> N
     steps(doctor, at(1), at(6, host_reads=6))
     [diagnosis] = doctor.examine(at(16, host_reads=16 + 4, own_reads=4, read_places=((READ_LINE, 16),))).diagnoses
     assert diagnosis.key == HOST_READ
-    assert diagnosis.evidence.startswith("1.0 reads of a device value per step (steps 6–16)")
+    assert diagnosis.evidence.startswith("1.0 reads of a device value per step (measured over 10 steps (7–16) in 10.0 s: few steps")
     assert diagnosis.places == ("cell.py, line 4: print(loss.item()) (16 reads)",)
     assert "report(loss=...)" in diagnosis.fix
 
@@ -136,3 +152,93 @@ def test_the_largest_findings_fit_one_event() -> None:
     heartbeat = Heartbeat(0, 40, "train", 10**6, 1e6, examination.causes, (2**40, 2**40), (10**6, 10**6))
     for event in (heartbeat, *examination.diagnoses):
         assert len(pickle.dumps(event)) < MAX_FRAME // 2  # room to spare under the atomic write
+
+
+def test_a_short_run_is_judged_at_its_end_from_before_warm_up_and_called_rough() -> None:
+    doctor = Doctor(0)
+    steps(doctor, START, replace(START, step=2, seconds=1.0, host_reads=2))  # the last heartbeat saw step 2
+    end = at(60, seconds=2.8, host_reads=60, read_places=((READ_LINE, 60),))
+    assert doctor.examine(end).diagnoses == ()  # mid-run, a later heartbeat would see past warm-up
+    [diagnosis] = doctor.examine(end, final=True).diagnoses
+    assert diagnosis.key == HOST_READ
+    assert diagnosis.evidence.startswith(
+        "1.0 reads of a device value per step (measured over 58 steps (3–60) in 1.8 s, warm-up included: a short run, "
+        "so the figure is rough)"
+    )
+    assert diagnosis.places == ("cell.py, line 4: print(loss.item()) (60 reads)",)
+
+
+def test_the_end_of_a_run_is_not_compared_with_itself() -> None:
+    doctor = Doctor(0)
+    steps(doctor, START, at(3))
+    [diagnosis] = doctor.examine(at(60, host_reads=60), final=True).diagnoses  # the first reading past warm-up
+    assert "measured over 57 steps (4–60)" in diagnosis.evidence
+
+
+def test_a_long_measure_after_warm_up_is_stated_as_it_stands() -> None:
+    doctor = Doctor(0)
+    steps(doctor, START, at(6, host_reads=6))
+    [diagnosis] = doctor.examine(at(61, seconds=7.8, host_reads=61), final=True).diagnoses
+    assert "(measured over 55 steps (7–61) in 1.8 s)" in diagnosis.evidence
+
+
+def test_a_short_clean_run_gets_no_diagnosis() -> None:
+    one_off = {"aten::_copy_from": 2}  # setting up the first step: not per step
+    doctor = Doctor(0)
+    steps(doctor, START)
+    assert doctor.examine(at(60, own_reads=1, host_reads=1, fallbacks=one_off, input_wait=0.1), final=True).diagnoses == ()
+
+
+def test_a_short_run_names_ops_that_fall_back_every_step() -> None:
+    doctor = Doctor(0)
+    steps(doctor, START)
+    [diagnosis] = doctor.examine(at(60, fallbacks={"aten::nonzero": 60, "aten::_copy_from": 2}), final=True).diagnoses
+    assert diagnosis.key == CPU_FALLBACK
+    assert "aten::nonzero (1.0 per step)" in diagnosis.evidence and "_copy_from" not in diagnosis.evidence
+    assert "a short run, so the figure is rough" in diagnosis.evidence
+
+
+def graphs(first: int, last: int, inputs: int = 13) -> tuple[Compilation, ...]:
+    """The step's graph at the sync line, once per step from `first` to `last` (one shape each)."""
+    return tuple(Compilation("user torch_xla.sync", f"graph-{step}", (LIBRARY, SYNC_LINE), inputs, 9) for step in range(first, last + 1))
+
+
+CYCLING = tuple((8 + step % 6, 64) for step in range(6))
+
+
+def test_a_step_compiled_once_per_input_shape_in_warm_up_names_the_shapes_and_lines() -> None:
+    doctor = Doctor(0)
+    step_one = Compilation("user torch_xla.sync", "graph-0", (LIBRARY, SYNC_LINE), 8, 9)  # before the optimizer's state
+    steps(doctor, START, at(1, compilations=(step_one,), transfers=((MOVE_LINE, CYCLING[:1]),)))
+    examination = doctor.examine(at(40, compilations=graphs(2, 6), transfers=((MOVE_LINE, CYCLING),)), final=True)
+    assert examination.causes == ()  # warm-up: the recompilation warning stays quiet
+    [diagnosis] = examination.diagnoses
+    assert (diagnosis.key, diagnosis.title) == (PER_SHAPE, "Compiled once per input shape")
+    assert diagnosis.evidence.startswith(
+        "the step's graph was compiled 5 times for 6 input shapes, (8, 64), (9, 64), (10, 64), (11, 64), (12, 64), (13, 64): "
+    )
+    assert diagnosis.places == ("cell.py, line 3: torch_xla.sync() (5 graphs)", "cell.py, line 5: x = batch.to(device) (6 shapes)")
+    assert "bucket" in diagnosis.fix and "drop_last=True" in diagnosis.fix and "max_length" in diagnosis.fix
+
+
+def test_batch_shapes_from_a_data_loader_are_named_without_a_line() -> None:
+    doctor = Doctor(0)
+    batches = (((16, 128), (16,)), ((16, 96), (16,)), ((16, 64), (16,)))
+    [diagnosis] = doctor.examine(at(3, compilations=graphs(1, 3), shapes=batches)).diagnoses
+    assert "compiled 3 times for 3 input shapes, (16, 128), (16, 96), (16, 64)" in diagnosis.evidence
+    assert diagnosis.places == ("cell.py, line 3: torch_xla.sync() (3 graphs)",)
+
+
+def test_graphs_that_add_the_optimizers_state_are_not_per_shape() -> None:
+    doctor = Doctor(0)
+    first, second = graphs(1, 1, inputs=8)[0], graphs(2, 2, inputs=13)[0]  # alike in place, not in inputs
+    two_calls = ((MOVE_LINE, ((16, 64), (16,))),)  # a helper that moves x and y
+    assert steps(doctor, START, at(60, compilations=(first, second), transfers=two_calls)) == []
+
+
+def test_a_shape_that_changes_after_warm_up_is_left_to_the_recompilation_warning() -> None:
+    doctor = Doctor(0)
+    steps(doctor, START, at(1, compilations=graphs(1, 1)), at(6))
+    partial = ((MOVE_LINE, ((16, 64), (13, 64))),)
+    examination = doctor.examine(at(21, compilations=graphs(21, 21), transfers=partial))
+    assert examination.diagnoses == () and len(examination.causes) == 1

@@ -11,6 +11,9 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import tpu_nb
 from tpu_nb.kernel.errors import WorkerError
+from tpu_nb.kernel.progress.state import ProgressState
+from tpu_nb.wire.events import Diagnosis, Event
+from tpu_nb.workers.doctor.findings import HOST_READ, PER_SHAPE
 from tpu_nb.workers.doctor.probe import CPU_CACHE_NOTE
 
 
@@ -65,6 +68,49 @@ ITEM_LINE = next(
 SYNC_LINE = next(
     number for number, line in enumerate(inspect.getsourcelines(train)[0], inspect.getsourcelines(train)[1]) if "torch_xla.sync()" in line
 )
+
+
+def short_loop(batch_rows: str, read: bool) -> int:
+    """40-60 quick steps (under a second, so no heartbeat sees warm-up end); `batch_rows` "cycling" makes 8-13 rows in turn."""
+    import torch_xla
+
+    device = torch_xla.device()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 8).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    steps = 40 if batch_rows == "cycling" else 60
+    for step in range(1, steps + 1):
+        rows = 8 + step % 6 if batch_rows == "cycling" else 16
+        x = torch.randn(rows, 64).to(device)
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        torch_xla.sync()
+        if read:
+            print_me = loss.item()  # noqa: F841 - the per-step host sync under test
+        tpu_nb.report(step=step, loss=loss)
+    return steps
+
+
+def line_of(function: object, text: str) -> int:
+    lines, first = inspect.getsourcelines(function)  # type: ignore[arg-type]
+    return next(number for number, line in enumerate(lines, first) if text in line)
+
+
+@pytest.fixture
+def diagnoses(monkeypatch: pytest.MonkeyPatch) -> list[Diagnosis]:
+    """The Diagnosis events the kernel's progress takes in during a launch."""
+    seen: list[Diagnosis] = []
+    take_in = ProgressState.on_event
+
+    def recording(state: ProgressState, event: Event) -> None:
+        if isinstance(event, Diagnosis):
+            seen.append(event)
+        take_in(state, event)
+
+    monkeypatch.setattr(ProgressState, "on_event", recording)
+    return seen
 
 
 def doctor_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
@@ -135,3 +181,39 @@ def test_out_of_memory_names_the_sizes_and_the_fixes() -> None:
 def test_the_compile_cache_is_skipped_on_xla_cpu_with_a_note(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
     assert tpu_nb.launch(train, "clean", 1, 0.0, compile_cache=str(tmp_path)) == 16
     assert CPU_CACHE_NOTE in capsys.readouterr().err
+
+
+def test_a_step_compiled_once_per_batch_size_in_warm_up_names_the_sizes_and_lines(
+    capsys: pytest.CaptureFixture[str], diagnoses: list[Diagnosis]
+) -> None:
+    assert tpu_nb.launch(short_loop, "cycling", False) == 40
+    last = diagnoses[-1]
+    assert {diagnosis.key for diagnosis in diagnoses} == {PER_SHAPE}
+    assert last.title == "Compiled once per input shape"
+    shapes = "(9, 64), (10, 64), (11, 64), (12, 64), (13, 64), (8, 64)"  # in the order the steps made them
+    assert last.evidence.startswith(f"the step's graph was compiled 6 times for 6 input shapes, {shapes}: ")
+    move, sync = line_of(short_loop, "x = torch.randn"), line_of(short_loop, "torch_xla.sync()")
+    assert last.places == (
+        f"test_probe.py, line {sync}: torch_xla.sync() (6 graphs)",
+        f"test_probe.py, line {move}: x = torch.randn(rows, 64).to(device) (6 shapes)",
+    )
+    [said] = doctor_lines(capsys)
+    assert said.startswith("XLA doctor: Compiled once per input shape: the step's graph was compiled 6 times")
+    assert "drop_last=True" in said and "bucket" in said
+
+
+def test_a_short_run_with_a_per_step_item_is_a_host_sync(capsys: pytest.CaptureFixture[str], diagnoses: list[Diagnosis]) -> None:
+    tpu_nb.launch(short_loop, "fixed", True)
+    [diagnosis] = diagnoses  # said once, at the run's end
+    assert (diagnosis.key, diagnosis.title) == (HOST_READ, "Host syncs")
+    assert diagnosis.evidence.startswith("1.0 reads of a device value per step (measured over ")
+    [place] = diagnosis.places
+    assert place.startswith(f"test_probe.py, line {line_of(short_loop, 'loss.item()')}: print_me = loss.item()")
+    assert place.endswith("(60 reads)")
+    [said] = doctor_lines(capsys)
+    assert said.startswith("XLA doctor: Host syncs: 1.0 reads of a device value per step (measured over ")
+
+
+def test_a_short_clean_run_shows_no_diagnosis(capsys: pytest.CaptureFixture[str], diagnoses: list[Diagnosis]) -> None:
+    assert tpu_nb.launch(short_loop, "fixed", False) == 60
+    assert diagnoses == [] and doctor_lines(capsys) == []

@@ -5,6 +5,9 @@
 - `input_watch`: how long a rank's training thread waits for its next batch,
   and the batches' shapes.
 - `places`: a frame of the user's code, named the way the notebook names it.
+- `transfers`: the shapes the user's code moves to the device, by the calling line.
+- `input_shapes`: which input changed shape, from batches or those moves.
+- `span`: the steps and seconds a rate was measured over, and how rough it is.
 - `findings`: pure rules from those readings to `Diagnosis`es and compile causes.
 - `probe`: the XLA glue (counters, memory, the compilation cache), run from
   the heartbeat thread, never on the training step.

@@ -26,6 +26,7 @@ from pathlib import Path
 _PREFIX = "Compilation Analysis: "
 _FRAME = re.compile(r"^\s+(?P<function>.+?) \((?P<filename>.+):(?P<line>\d+)\)$")
 _HASH = re.compile(r"^\s+Graph Hash: (\S+)")
+_COUNT = re.compile(r"^\s+Number of Graph (?P<what>Inputs|Outputs): (?P<count>\d+)")
 
 HOST_READ_CAUSE = "most likely user code trying to access tensor value before torch_xla.sync"
 
@@ -44,6 +45,13 @@ class Compilation:
     cause: str
     graph_hash: str
     frames: tuple[Frame, ...]
+    inputs: int | None = None  # the graph's parameters (weights, optimizer state, the batch)
+    outputs: int | None = None
+
+    @property
+    def structure(self) -> tuple[int | None, int | None]:
+        """Graphs alike in this but different in hash differ in sizes or constants, not in what they compute."""
+        return self.inputs, self.outputs
 
     @property
     def reads_a_value(self) -> bool:
@@ -56,24 +64,27 @@ def parse_blocks(text: str) -> list[Compilation]:
     compilations = []
     section = None
     cause, graph_hash, frames = "", "", list[Frame]()
+    counts: dict[str, int] = {}
     for raw in text.splitlines():
         if not raw.startswith(_PREFIX):
             continue
         line = raw[len(_PREFIX) :]
         if line.startswith("Compilation Cause"):
-            section, cause, graph_hash, frames = "cause", "", "", []
+            section, cause, graph_hash, frames, counts = "cause", "", "", [], {}
         elif line.startswith("Graph Info"):
             section = "graph"
         elif line.startswith("Python Frame Triggered Execution"):
             section = "frames"
         elif line.startswith("-----"):
             if section is not None:
-                compilations.append(Compilation(cause, graph_hash, tuple(frames)))
+                compilations.append(Compilation(cause, graph_hash, tuple(frames), counts.get("Inputs"), counts.get("Outputs")))
             section = None
         elif section == "cause" and line.strip():
             cause = line.strip()
         elif section == "graph" and (match := _HASH.match(line)):
             graph_hash = match.group(1)
+        elif section == "graph" and (match := _COUNT.match(line)):
+            counts[match["what"]] = int(match["count"])
         elif section == "frames" and (match := _FRAME.match(line)):
             frames.append(Frame(match["function"], match["filename"], int(match["line"])))
     return compilations

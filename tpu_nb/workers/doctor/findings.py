@@ -3,7 +3,9 @@
 Pure logic (no XLA): `probe` takes the readings at each heartbeat and sends
 what `Doctor.examine` finds. Counts in a `Reading` are totals since the
 worker started; rates are measured from the end of warm-up, when the
-step's graphs are compiled and every step should look the same.
+step's graphs are compiled and every step should look the same. A run too
+short for that (no heartbeat between warm-up's end and its own) is judged at
+its end from before warm-up ended, and the evidence says the figure is rough.
 """
 
 from __future__ import annotations
@@ -15,17 +17,23 @@ from dataclasses import dataclass, field
 from tpu_nb.wire.events import CompileCause, Diagnosis
 
 from .analysis_log import Compilation, Frame
+from .input_shapes import varying_input
 from .input_watch import Shapes
 from .places import describe, first_user_frame
+from .span import Span
+from .transfers import TransferSite
 
 WARMUP_STEPS = 5
 """The first steps compile the step's graphs (the optimizer's state appears at step 1, ...)."""
 
 MIN_STEPS = 5
-"""Steps after warm-up before a rate is judged."""
+"""Steps between two readings before a rate is judged."""
 
 HOST_READS_PER_STEP = 0.5
 """More device-value reads per step than this, beyond tpu_nb's and libraries' (`Reading.own_reads`), slow every step."""
+
+ROUGH_FALLBACKS_PER_STEP = 0.5
+"""With warm-up in the span its one-off work counts too, so only ops run about every step are named."""
 
 INPUT_WAIT_FRACTION = 0.3
 """A training thread waiting for batches this share of the time is input-bound."""
@@ -40,6 +48,7 @@ HOST_READ = "host-reads"
 CPU_FALLBACK = "cpu-fallback"
 INPUT_BOUND = "input-bound"
 NO_EXECUTION = "no-execution"
+PER_SHAPE = "per-shape-compilation"
 
 DYNAMIC_SHAPE_OPS = frozenset({"aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique2", "aten::unique_consecutive"})
 _HOST_READ_SOURCE = re.compile(r"\.item\(|\.tolist\(|\.cpu\(|\.numpy\(|\bprint\(|\bfloat\(|\bint\(|\bbool\(|^\s*(if|elif|while|assert)\b")
@@ -58,6 +67,11 @@ _DYNAMIC_FIX = (
     "its output size depends on the values, so XLA runs it on the CPU and recompiles what follows"
 )
 _FALLBACK_FIX = "these ops have no XLA lowering: use an equivalent op, or move them out of the training step (into preprocessing)"
+_PER_SHAPE_FIX = (
+    "give every step the same input shapes: pad to a fixed shape (tokenizer(..., padding='max_length', max_length=N), "
+    "torch.nn.functional.pad), or bucket to a few sizes (pad each batch up to the next of, e.g., 64, 128, 256: one graph "
+    "per bucket); drop the last partial batch (DataLoader(..., drop_last=True); Trainer: dataloader_drop_last=True)"
+)
 _HOST_READ_FIX = (
     "read values lazily: pass tensors to report(loss=...), which reads them after the step has run "
     "(measured by benchmarks/host_sync.py on a small BERT, XLA:CPU: 1.11x the steps/s of a per-step .item()); "
@@ -89,6 +103,7 @@ class Reading:
     compilations: tuple[Compilation, ...] = ()  # compiled since the last reading
     shapes: tuple[Shapes, ...] = ()  # the distinct batch shapes seen, in order
     read_places: tuple[tuple[Frame, int], ...] = ()  # the user's lines that read device values, by reads
+    transfers: tuple[TransferSite, ...] = ()  # the user's calls that moved host tensors to the device, with their shapes
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,27 +119,35 @@ class Doctor:
     rank: int
     _started: Reading | None = None  # the first reading after the first step
     _baseline: Reading | None = None  # the first reading after warm-up
+    _in_warmup: Reading | None = None  # the latest reading before warm-up ended (the worker's start, at the least)
     _previous: Reading | None = None
     _graphs_at: dict[str, set[str]] = field(default_factory=dict)  # place -> graph hashes compiled there
+    # (place, cause when no place, graph structure) -> {graph hash: compiled during warm-up}
+    _alike: dict[tuple[str | None, str, tuple[int | None, int | None]], dict[str, bool]] = field(default_factory=dict)
     _read_places: dict[str, None] = field(default_factory=dict)  # where values were read, in order
     _said: dict[str, Diagnosis] = field(default_factory=dict)
 
-    def examine(self, reading: Reading) -> Examination:
-        causes = self._causes(reading)
+    def examine(self, reading: Reading, final: bool = False) -> Examination:
+        """What this reading shows; `final` is the run's last, which judges a short run from before warm-up ended."""
         # This reading's compilations happened after the previous reading: after warm-up if that one was.
         after_warmup = self._previous is not None and self._previous.step >= WARMUP_STEPS
+        causes = self._causes(reading, after_warmup)
         self._previous = reading
         if reading.step >= 1 and self._started is None:
             self._started = reading
         if self._baseline is None and reading.step >= WARMUP_STEPS:
             self._baseline = reading
-        found = [self._no_execution(reading)]
-        if self._baseline is not None:
+        found = [self._no_execution(reading), self._per_shape(reading)]
+        reference = self._reference(reading, final)
+        if reference is not None:
+            span = Span(reference.step, reading.step, reading.seconds - reference.seconds, reference.step < WARMUP_STEPS)
             found += [
-                self._host_reads(reading, self._baseline),
-                self._fallbacks(reading, self._baseline),
-                self._input(reading, self._baseline),
+                self._host_reads(reading, reference, span),
+                self._fallbacks(reading, reference, span),
+                self._input(reading, reference, span),
             ]
+        if reading.step < WARMUP_STEPS:
+            self._in_warmup = reading
         fresh = []
         for diagnosis in found:
             if diagnosis is not None and self._said.get(diagnosis.key) != diagnosis:
@@ -132,13 +155,24 @@ class Doctor:
                 fresh.append(diagnosis)
         return Examination(causes if after_warmup else (), tuple(fresh))
 
-    def _causes(self, reading: Reading) -> tuple[CompileCause, ...]:
+    def _reference(self, reading: Reading, final: bool) -> Reading | None:
+        """The reading to measure rates from: the first after warm-up, or at the run's end, the last before it ended."""
+        if self._baseline is not None and reading.step - self._baseline.step >= MIN_STEPS:
+            return self._baseline
+        # Mid-run, a later heartbeat will see past warm-up; a short run's end is the last chance to say anything.
+        if final and self._in_warmup is not None and reading.step - self._in_warmup.step >= MIN_STEPS:
+            return self._in_warmup
+        return None
+
+    def _causes(self, reading: Reading, after_warmup: bool) -> tuple[CompileCause, ...]:
         causes: dict[CompileCause, None] = {}
         for compilation in reading.compilations:
             frame = first_user_frame(compilation.frames)
             place = describe(frame) if frame is not None else None
             if compilation.reads_a_value and place is not None:
                 self._read_places.setdefault(place, None)
+            alike = self._alike.setdefault((place, "" if place else compilation.cause, compilation.structure), {})
+            alike.setdefault(compilation.graph_hash, not after_warmup)
             hashes = self._graphs_at.setdefault(place or compilation.cause, set())
             if compilation.graph_hash in hashes:
                 continue
@@ -147,6 +181,24 @@ class Doctor:
             if cause is not None:
                 causes[cause] = None
         return tuple(causes)[-MOST_CAUSES:]
+
+    def _per_shape(self, reading: Reading) -> Diagnosis | None:
+        """The step's graph compiled again for each new input shape, during warm-up, where the recompilation warning does not look."""
+        varying = varying_input(reading.shapes, reading.transfers)
+        # Graphs alike in inputs and outputs at one place differ in sizes (or constants), not in what they compute,
+        # unlike the first steps' graphs that add the optimizer's state.
+        repeated = [(key, graphs) for key, graphs in self._alike.items() if sum(graphs.values()) >= 2]
+        if varying is None or not repeated:
+            return None
+        (place, _cause, _structure), graphs = max(repeated, key=lambda item: len(item[1]))
+        evidence = (
+            f"the step's graph was compiled {len(graphs)} times for {len(varying.shapes)} input shapes, {varying.named}: "
+            "each new shape compiles the whole step again (on a TPU, each can take minutes)"
+        )
+        places = [f"{place} ({len(graphs)} graphs)"] if place is not None else []
+        if varying.site is not None:
+            places.append(f"{describe(varying.site)} ({len(varying.shapes)} shapes)")
+        return Diagnosis(self.rank, PER_SHAPE, "Compiled once per input shape", evidence, tuple(places), _PER_SHAPE_FIX, reading.step)
 
     def _cause(self, compilation: Compilation, place: str | None, known_place: bool, reading: Reading) -> CompileCause | None:
         """Why a new graph was compiled where another one was before; None for the first graph at a place (expected once)."""
@@ -179,41 +231,39 @@ class Doctor:
         )
         return Diagnosis(self.rank, NO_EXECUTION, "The loop never runs its graph", evidence, (), _NO_EXECUTION_FIX, reading.step)
 
-    def _host_reads(self, reading: Reading, baseline: Reading) -> Diagnosis | None:
-        steps = reading.step - baseline.step
-        reads = (reading.host_reads - reading.own_reads) - (baseline.host_reads - baseline.own_reads)
-        if steps < MIN_STEPS or reads / steps < HOST_READS_PER_STEP:
+    def _host_reads(self, reading: Reading, reference: Reading, span: Span) -> Diagnosis | None:
+        reads = (reading.host_reads - reading.own_reads) - (reference.host_reads - reference.own_reads)
+        if reads / span.steps < HOST_READS_PER_STEP:
             return None
         places = {f"{describe(frame)} ({count} reads)": None for frame, count in reading.read_places}
         places.update((place, None) for place in self._read_places if _HOST_READ_SOURCE.search(place.partition(": ")[2]))
         evidence = (
-            f"{reads / steps:.1f} reads of a device value per step (steps {baseline.step}–{reading.step}): "
+            f"{reads / span.steps:.1f} reads of a device value per step ({span.text}): "
             "each waits for the graph to run, so the host cannot trace the next step meanwhile"
         )
         return Diagnosis(self.rank, HOST_READ, "Host syncs", evidence, tuple(places)[:MOST_PLACES], _HOST_READ_FIX, reading.step)
 
-    def _fallbacks(self, reading: Reading, baseline: Reading) -> Diagnosis | None:
-        steps = reading.step - baseline.step
-        grown = {name: count - baseline.fallbacks.get(name, 0) for name, count in reading.fallbacks.items()}
-        grown = {name: count for name, count in grown.items() if count > 0}
-        if steps < MIN_STEPS or not grown:
+    def _fallbacks(self, reading: Reading, reference: Reading, span: Span) -> Diagnosis | None:
+        least = ROUGH_FALLBACKS_PER_STEP * span.steps if span.includes_warmup else 1
+        grown = {name: count - reference.fallbacks.get(name, 0) for name, count in reading.fallbacks.items()}
+        grown = {name: count for name, count in grown.items() if count >= least}
+        if not grown:
             return None
         busiest = sorted(grown.items(), key=lambda item: -item[1])[:MOST_OPS]
-        listed = ", ".join(f"{name} ({count / steps:.1f} per step)" for name, count in busiest)
+        listed = ", ".join(f"{name} ({count / span.steps:.1f} per step)" for name, count in busiest)
         places = tuple(place for place in self._read_places if not _HOST_READ_SOURCE.search(place.partition(": ")[2]))
         fix = _DYNAMIC_FIX if DYNAMIC_SHAPE_OPS & set(grown) else _FALLBACK_FIX
-        evidence = f"ops that ran on the CPU instead of the TPU after warm-up: {listed}"
+        evidence = f"ops that ran on the CPU instead of the TPU: {listed} ({span.text})"
         return Diagnosis(self.rank, CPU_FALLBACK, "CPU fallbacks", evidence, places[:MOST_PLACES], fix, reading.step)
 
-    def _input(self, reading: Reading, baseline: Reading) -> Diagnosis | None:
-        steps = reading.step - baseline.step
-        seconds = reading.seconds - baseline.seconds
-        waited = reading.input_wait - baseline.input_wait
-        if steps < MIN_STEPS or seconds < NO_EXECUTION_SECONDS or waited / seconds < INPUT_WAIT_FRACTION:
+    def _input(self, reading: Reading, reference: Reading, span: Span) -> Diagnosis | None:
+        waited = reading.input_wait - reference.input_wait
+        if span.seconds < NO_EXECUTION_SECONDS or waited / span.seconds < INPUT_WAIT_FRACTION:
             return None
         evidence = (
-            f"the training thread waited for its next batch {waited / seconds:.0%} of the time "
-            f"({waited / steps:.2f} s of each {seconds / steps:.2f} s step): the device sits idle meanwhile"
+            f"the training thread waited for its next batch {waited / span.seconds:.0%} of the time "
+            f"({waited / span.steps:.2f} s of each {span.seconds / span.steps:.2f} s step; {span.text}): "
+            "the device sits idle meanwhile"
         )
         return Diagnosis(self.rank, INPUT_BOUND, "Input-bound", evidence, (), _INPUT_FIX, reading.step)
 

@@ -20,6 +20,7 @@ from .analysis_log import AnalysisLog
 from .findings import Doctor, Reading
 from .host_reads import HostReadWatch
 from .input_watch import InputWatch
+from .transfers import TransferWatch
 
 _HOST_READ_COUNTER = "aten::_local_scalar_dense"
 _EXECUTION_COUNTERS = ("ExecuteComputation", "ExecuteReplicated")
@@ -80,18 +81,32 @@ class WorkerDoctor:
         self.inputs.install()
         self.reads = HostReadWatch()
         self.reads.install()
+        self.transfers = TransferWatch()
+        self.transfers.install()
+        # The worker's start, before the user's code: a run no heartbeat saw past warm-up is judged from here.
+        self._doctor.examine(self._read(0, 0))
 
-    def check(self, step: int, own_reads: int) -> Checkup:
+    def check(self, step: int, own_reads: int, final: bool = False) -> Checkup:
+        """The doctor's look at this moment; `final` when the user's code has returned."""
         with self._lock:
-            return self._check(step, own_reads)
+            return self._check(step, own_reads, final)
 
-    def _check(self, step: int, own_reads: int) -> Checkup:
+    def _check(self, step: int, own_reads: int, final: bool) -> Checkup:
+        import torch_xla.debug.metrics as met
+
+        examination = self._doctor.examine(self._read(step, own_reads), final)
+        cache = None
+        if self._cache_on:
+            cache = (met.counter_value("PersistentCacheHit") or 0, met.counter_value("PersistentCacheMiss") or 0)
+        return Checkup(examination.causes, examination.diagnoses, self._memory(), cache)
+
+    def _read(self, step: int, own_reads: int) -> Reading:
         import torch_xla.debug.metrics as met
 
         names = met.counter_names()
         counts = {name: met.counter_value(name) or 0 for name in names if name.startswith("aten::")}
         waited, shapes = self.inputs.seen()
-        reading = Reading(
+        return Reading(
             step=step,
             seconds=time.monotonic(),
             executions=sum(met.counter_value(name) or 0 for name in _EXECUTION_COUNTERS if name in names),
@@ -102,12 +117,8 @@ class WorkerDoctor:
             compilations=tuple(self._log.read_new()) if self._log is not None else (),
             shapes=shapes,
             read_places=self.reads.places(),
+            transfers=self.transfers.sites(),
         )
-        examination = self._doctor.examine(reading)
-        cache = None
-        if self._cache_on:
-            cache = (met.counter_value("PersistentCacheHit") or 0, met.counter_value("PersistentCacheMiss") or 0)
-        return Checkup(examination.causes, examination.diagnoses, self._memory(), cache)
 
     def _memory(self) -> tuple[int, int] | None:
         """(bytes used, bytes limit) of this worker's device; None where the device does not say (XLA:CPU)."""
