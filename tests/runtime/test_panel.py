@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import pwd
 import re
 import types
 from collections.abc import Callable
@@ -8,6 +10,7 @@ from html.parser import HTMLParser
 import pytest
 
 from tpu_nb.runtime import RuntimeInfo, RuntimePanel, SystemView, detect
+from tpu_nb.runtime.device_holders import describe_age
 
 MakeSystem = Callable[..., SystemView]
 FakeTorchXla = Callable[[bool], types.ModuleType]
@@ -130,7 +133,7 @@ def test_html_marks_errors_red_and_warnings_amber_with_fixes_in_code(troubled_tp
     assert (css, "color:#b26a00" in style) == ("tpu-nb-warning", True)
     assert "pid 4242 (<b>py</b>&co) has /dev/vfio/3 open" in by_code["tpu_busy"][2]
     assert [problem.fix for problem in troubled_tpu.problems] == panel.codes
-    assert "Stop it (kill 4242) or restart the runtime." in panel.codes
+    assert "Run %tpu_release to end pid 4242 (or: kill 4242), or restart the runtime." in panel.codes
 
 
 def test_html_says_the_launch_is_blocked(troubled_tpu: RuntimeInfo) -> None:
@@ -149,8 +152,12 @@ def test_text_has_the_same_content(troubled_tpu: RuntimeInfo) -> None:
     assert "  Workers      8 (1 device each)" in lines
     assert "Not ready: fix 2 errors before %%tpu_train." in lines
     assert any(line.startswith("ERROR [runtime_initialized] An XLA device was already used") for line in lines)
-    assert "ERROR [tpu_busy] The TPU is held by another process: pid 4242 (<b>py</b>&co) has /dev/vfio/3 open." in lines
-    assert "  fix: Stop it (kill 4242) or restart the runtime." in lines
+    assert (
+        "ERROR [tpu_busy] The TPU is held by another process: pid 4242 (<b>py</b>&co) has /dev/vfio/3 open, "
+        "not from this kernel (stale?)." in lines
+    )
+    assert "  fix: Run %tpu_release to end pid 4242 (or: kill 4242), or restart the runtime." in lines
+    assert lines[-2:] == ["Processes holding the TPU:", "  pid 4242 (<b>py</b>&co) has /dev/vfio/3 open, not from this kernel (stale?)"]
     assert any(line.startswith("WARNING [topology_vars]") for line in lines)
     assert "&lt;" not in text and "<td>" not in text
 
@@ -196,3 +203,39 @@ def test_gpu_machine_names_the_unused_gpu(make_system: MakeSystem) -> None:
     assert "torch_xla not installed" in panel.rows["Versions"]
     # No torch_xla here: the xla extra brings the pinned torch + torch_xla pair.
     assert panel.rows["Install"] == "pip install 'tpu_nb[xla]'"
+
+
+def test_the_processes_holding_the_tpu_are_a_table(make_system: MakeSystem) -> None:
+    system = make_system(
+        "colab_v5e_1",  # the kernel is pid 100
+        files={
+            "proc/stat": "btime 1764600000\n",
+            "proc/110/status": f"State:\tS (sleeping)\nPPid:\t100\nUid:\t{os.getuid()}\n",
+            "proc/110/cmdline": "python3\0-c\0<worker>\0",
+            "proc/110/stat": "110 (python3) S 100 " + " ".join(["0"] * 17) + " 0 0 0\n",
+        },
+        links={"proc/110/fd/3": "/dev/vfio/0"},
+    )
+    info = detect(system)
+    (holder,) = info.tpu_holders
+
+    html = RuntimePanel(info)._repr_html_()
+    section = html[html.index('<div class="tpu-nb-holders">') :]
+    cells = re.findall(r'<t[hd] style="[^"]*">(.*?)</t[hd]>', section)
+
+    assert "Processes holding the TPU" in section
+    assert cells[:6] == ["pid", "command", "device files", "running for", "user", "from"]
+    assert cells[6:] == [
+        "110",
+        "python3 -c &#x27;&lt;worker&gt;&#x27;",
+        "/dev/vfio/0",
+        describe_age(holder.seen_at - 1764600000),
+        pwd.getpwuid(os.getuid()).pw_name,
+        "started by this kernel (child of the kernel)",
+    ]
+    assert f"  {holder.summary}" in repr(RuntimePanel(info)).splitlines()
+
+
+def test_no_holders_no_table(cpu_laptop: RuntimeInfo) -> None:
+    assert "tpu-nb-holders" not in RuntimePanel(cpu_laptop)._repr_html_()
+    assert "Processes holding the TPU" not in repr(RuntimePanel(cpu_laptop))

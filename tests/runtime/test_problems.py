@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import types
 
 import pytest
@@ -118,10 +119,10 @@ def test_tpu_busy(make_system: MakeSystem) -> None:
 
     busy = problem(info, "tpu_busy")
     assert busy.severity == "error"
-    assert "pid 4242 (python3) has /dev/vfio/0 open" in busy.message
+    assert "pid 4242 (python3) has /dev/vfio/0 open, not from this kernel (stale?)" in busy.message
     assert "/dev/null" not in busy.message
-    assert "kill 4242" in busy.fix
-    assert "restart the runtime" in busy.fix
+    assert busy.fix == "Run %tpu_release to end pid 4242 (or: kill 4242), or restart the runtime."
+    assert [holder.pid for holder in info.tpu_holders] == [4242]
     assert not info.can_launch
 
 
@@ -135,7 +136,45 @@ def test_tpu_busy_names_every_holder(make_system: MakeSystem) -> None:
     busy = problem(detect(system), "tpu_busy")
     assert "pid 77 (tpu_worker) has /dev/accel2, /dev/accel3 open" in busy.message
     assert "pid 4242 (unknown command) has /dev/accel0 open" in busy.message
-    assert "kill 77 4242" in busy.fix
+    assert busy.fix == "Run %tpu_release to end pids 77 4242 (or: kill 77 4242), or restart the runtime."
+
+
+def status(parent: int, uid: int) -> str:
+    return f"Name:\tpython3\nState:\tS (sleeping)\nPPid:\t{parent}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+
+
+def test_tpu_busy_says_what_only_another_user_this_kernel_or_a_restart_can_free(make_system: MakeSystem) -> None:
+    me = os.getuid()
+    system = make_system(
+        "colab_v5e_1",  # the kernel is pid 100
+        files={
+            "proc/100/status": status(parent=50, uid=me),
+            "proc/50/status": status(parent=1, uid=me),
+            "proc/77/status": status(parent=1, uid=54321),  # no such user here
+            "proc/110/status": status(parent=100, uid=me),
+            "proc/120/status": status(parent=1, uid=me),
+        },
+        links={
+            "proc/50/fd/3": "/dev/vfio/0",
+            "proc/77/fd/3": "/dev/vfio/0",
+            "proc/110/fd/3": "/dev/vfio/0",
+            "proc/120/fd/3": "/dev/vfio/0",
+        },
+    )
+
+    busy = problem(detect(system), "tpu_busy")
+
+    assert "pid 110 (unknown command) has /dev/vfio/0 open, user " in busy.message
+    assert busy.message.count("started by this kernel (child of the kernel)") == 1
+    assert busy.message.count("not from this kernel (stale?)") == 2
+    assert "this kernel runs under it" in busy.message
+    assert busy.fix == (
+        "Run %tpu_release to end pid 120 (or: kill 120), or restart the runtime. "
+        "pid 77 belongs to uid 54321: only they or root can end it (sudo kill 77). "
+        "This kernel started pid 110: interrupt the cell running it, call .stop() or .kill() on a background run's handle, "
+        "or kill 110. "
+        "This kernel runs under pid 50: restart the runtime."
+    )
 
 
 def test_tpu_held_by_this_process_or_vfio_container_is_not_busy(make_system: MakeSystem) -> None:

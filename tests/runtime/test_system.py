@@ -6,9 +6,10 @@ import time
 from pathlib import Path
 
 import pytest
+from support.processes import wait_until
 
 from tpu_nb.runtime import SystemView
-from tpu_nb.runtime.system import OpenedBy, PciDevice, installed_version
+from tpu_nb.runtime.system import OpenedBy, PciDevice, ProcessStatus, installed_version
 
 
 def write(root: Path, relative: str, text: str = "") -> None:
@@ -138,3 +139,51 @@ def test_started_at_is_when_the_first_process_started(tmp_path: Path) -> None:
 def test_started_at_on_this_machine_is_in_the_past() -> None:
     started = SystemView.current().started_at()
     assert started is not None and started <= time.time()
+
+
+def test_process_status_command_line_and_start_of_a_real_process() -> None:
+    with subprocess.Popen(["sleep", "30"]) as child:
+        try:
+            system = SystemView.current()
+            # /proc may show the forked copy of us for a moment before its exec.
+            assert wait_until(lambda: system.command_line(child.pid) == ("sleep", "30"), timeout=10, interval=0.01)
+            status = system.process_status(child.pid)
+            arguments = system.command_line(child.pid)
+            started = system.process_started_at(child.pid)
+        finally:
+            child.kill()
+
+    assert status is not None and status.state in "RSD"  # running, or sleeping once exec'd
+    assert status == ProcessStatus(state=status.state, parent=os.getpid(), uid=os.getuid())
+    assert arguments == ("sleep", "30")
+    assert started is not None and time.time() - 30 < started <= time.time()
+
+
+def test_process_facts_of_an_exited_or_odd_process_are_none(tmp_path: Path) -> None:
+    write(tmp_path, "proc/7/status", "Name:\tx\nState:\tS (sleeping)\n")  # no PPid or Uid line
+    write(tmp_path, "proc/8/cmdline", "")  # a kernel thread, or a zombie
+
+    system = view(tmp_path)
+    assert system.process_status(7) is None
+    assert system.process_status(9) is None
+    assert system.command_line(8) == ()
+    assert system.command_line(9) == ()
+    assert system.process_started_at(9) is None
+
+
+def test_command_line_keeps_arguments_with_spaces(tmp_path: Path) -> None:
+    write(tmp_path, "proc/7/cmdline", "python3\0-c\0import time; time.sleep(9)\0")
+
+    assert view(tmp_path).command_line(7) == ("python3", "-c", "import time; time.sleep(9)")
+
+
+def test_files_under_dev_root_are_named_as_device_files(tmp_path: Path) -> None:
+    system = view(tmp_path)
+    assert system.named_as_viewed(str(tmp_path / "dev" / "vfio" / "0")) == "/dev/vfio/0"
+    assert system.named_as_viewed("/dev/accel0") == "/dev/accel0"
+    assert system.named_as_viewed("pipe:[4711]") == "pipe:[4711]"
+    link(tmp_path, "proc/300/fd/3", str(tmp_path / "dev" / "accel0"))
+
+    holders = system.opened_by_other_processes(lambda path: path == "/dev/accel0")
+
+    assert holders == (OpenedBy(pid=300, command=None, paths=("/dev/accel0",)),)

@@ -1,4 +1,4 @@
-"""IPython glue: `%tpu_info` and `%%tpu_train`. Logic lives in the modules it calls."""
+"""IPython glue: `%tpu_info`, `%tpu_release` and `%%tpu_train`. Logic lives in the modules it calls."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, 
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from tpu_nb.runtime import RuntimePanel, detect
+from tpu_nb.runtime import RuntimePanel, SystemView, detect
 from tpu_nb.wire.run_directory import Cell
 from tpu_nb.workers.programs import CellProgram, compile_cell
 
@@ -26,6 +26,7 @@ from .pod.cell_checks import PREPARE_MAGIC, check_names_recorded, check_plain_py
 from .pod.recording import RECORDED
 from .pod.slice_checks import BACKENDS, DEFAULT_RUNS_DIR, PodTarget
 from .pod.starting import launch_pod, start_pod_in_background
+from .release import TERM_GRACE, describe_release, release_tpu
 from .returns import hand_back, hand_back_later
 
 
@@ -54,6 +55,31 @@ class TpuMagics(Magics):
         """Show this runtime: platform, TPU, devices, workers, versions, and problems with their fixes."""
         parse_argstring(self.tpu_info, line)
         display(RuntimePanel(detect()))
+
+    @magic_arguments()
+    @argument("--dry-run", action="store_true", help="List the processes it would end, and end nothing.")
+    @argument(
+        "--grace",
+        type=float,
+        default=TERM_GRACE,
+        metavar="SECONDS",
+        help=f"How long each process gets to exit after SIGTERM before SIGKILL (default {TERM_GRACE:g}).",
+    )
+    @line_magic
+    def tpu_release(self, line: str) -> None:
+        """End the processes left holding the TPU's device files (e.g. workers of an earlier kernel): SIGTERM, then SIGKILL.
+
+        Never this kernel or a process it runs under, never another user's
+        process, and never one this kernel started (stop a run through its
+        cell or handle): those are listed with the reason and what to do.
+        Says what it ended, and whether SIGKILL was needed.
+        """
+        args = parse_argstring(self.tpu_release, line)
+        if not args.grace >= 0:  # also refuses nan
+            raise UsageError(f"--grace {args.grace:g}: give the seconds to wait after SIGTERM, 0 or more (default {TERM_GRACE:g}).")
+        release = release_tpu(SystemView.current(), Run.alive(), dry_run=args.dry_run, grace=args.grace)
+        text, markup = describe_release(release)
+        display({"text/plain": text, "text/html": markup}, raw=True)
 
     @magic_arguments()
     @line_magic
@@ -285,6 +311,7 @@ def unload(ipython: InteractiveShell) -> None:
     manager = ipython.magics_manager
     manager.magics["line"].pop("tpu_info", None)
     manager.magics["line"].pop("tpu_checkpoints", None)
+    manager.magics["line"].pop("tpu_release", None)
     manager.magics["line"].pop("tpu_picker", None)
     manager.magics["cell"].pop("tpu_train", None)
     manager.magics["line"].pop("tpu_prepare", None)

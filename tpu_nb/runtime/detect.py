@@ -12,8 +12,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .device_holders import is_tpu_device, tpu_device_holders
 from .info import Accelerator, Platform, RuntimeInfo, TpuInfo, Versions
-from .problems import TPU_DEVICE_NODE, Findings, problems_of
+from .problems import Findings, problems_of
 from .system import PciDevice, SystemView
 from .versions import install_command, xla_install
 
@@ -58,7 +59,9 @@ def detect(system: SystemView | None = None) -> RuntimeInfo:
     pjrt_device = (environ.get("PJRT_DEVICE") or ("TPU" if tpu else "CPU")).upper()
     plan = _plan_launch(environ, tpu, pjrt_device)
     topology_vars = tuple(name for name in TOPOLOGY_VARIABLES if name in environ)
-    found = Findings(system, tpu, gpu_count, versions, pjrt_device, plan.workers, topology_vars, xla_install(tpu, versions))
+    # Reading every process's descriptors costs a scan of /proc: only worth it when there is a TPU to hold.
+    holders = tpu_device_holders(system) if tpu else ()
+    found = Findings(system, tpu, gpu_count, versions, pjrt_device, plan.workers, topology_vars, xla_install(tpu, versions), holders)
     return RuntimeInfo(
         platform=_detect_platform(system, tpu),
         accelerator=Accelerator.TPU if tpu else Accelerator.GPU if gpu_count else Accelerator.CPU,
@@ -73,6 +76,7 @@ def detect(system: SystemView | None = None) -> RuntimeInfo:
         install_command=install_command(tpu, versions),
         problems=problems_of(found),
         started_at=system.started_at(),
+        tpu_holders=holders,
     )
 
 
@@ -87,9 +91,7 @@ def _detect_tpu(system: SystemView, pci_devices: tuple[PciDevice, ...]) -> TpuIn
         accelerator_type=accelerator_type,
         chips=len(chip_ids),
         devices_per_chip=2 if chip_id == TWO_DEVICE_CHIP else 1,
-        device_nodes=tuple(
-            node for node in system.device_nodes("accel*") + system.device_nodes("vfio/*") if TPU_DEVICE_NODE.fullmatch(node)
-        ),
+        device_nodes=tuple(node for node in system.device_nodes("accel*") + system.device_nodes("vfio/*") if is_tpu_device(node)),
     )
 
 

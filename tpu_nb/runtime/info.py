@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
 
+from .device_holders import DeviceHolder
+
 Severity = Literal["error", "warning", "info"]
 
 
@@ -93,6 +95,8 @@ class RuntimeInfo:
     problems: tuple[Problem, ...]
     started_at: float | None = None
     """When this machine or container started (Unix time): a hosted session's clock starts with it."""
+    tpu_holders: tuple[DeviceHolder, ...] = ()
+    """Other processes holding the TPU's device files (what `%tpu_release` may end)."""
 
     @property
     def errors(self) -> tuple[Problem, ...]:

@@ -10,6 +10,7 @@ import html
 from dataclasses import dataclass
 from typing import Protocol
 
+from .device_holders import DeviceHolder, describe_age
 from .info import Problem, RuntimeInfo, Severity
 
 _SEVERITY_COLOURS: dict[Severity, str] = {
@@ -18,6 +19,7 @@ _SEVERITY_COLOURS: dict[Severity, str] = {
     "info": "#455a64",
 }
 _CELL_STYLE = "text-align:left;padding:1px 12px 1px 0"
+_HOLDER_COLUMNS = ("pid", "command", "device files", "running for", "user", "from")
 
 
 class _TextPrinter(Protocol):
@@ -43,6 +45,7 @@ class RuntimePanel:
             f'<table style="border-collapse:collapse">{rows}</table>'
             f"<p><strong>{html.escape(self._status())}</strong></p>"
             f'<ul style="list-style:none;padding-left:0">{problems}</ul>'
+            f"{_holders_html(self.info.tpu_holders)}"
             "</div>"
         )
 
@@ -55,6 +58,9 @@ class RuntimePanel:
         for problem in self.info.problems:
             lines.append(f"{problem.severity.upper()} [{problem.code}] {problem.message}")
             lines.append(f"  fix: {problem.fix}")
+        if self.info.tpu_holders:
+            lines.append("Processes holding the TPU:")
+            lines += [f"  {holder.summary}" for holder in self.info.tpu_holders]
         return "\n".join(lines)
 
     def _repr_pretty_(self, printer: _TextPrinter, cycle: bool) -> None:
@@ -107,6 +113,25 @@ def _problem_html(problem: Problem) -> str:
         f"[{html.escape(problem.code)}] {html.escape(problem.message)}<br>"
         f"Fix: <code>{html.escape(problem.fix)}</code></li>"
     )
+
+
+def _holders_html(holders: tuple[DeviceHolder, ...]) -> str:
+    if not holders:
+        return ""
+    header = "".join(f'<th style="{_CELL_STYLE}">{html.escape(column)}</th>' for column in _HOLDER_COLUMNS)
+    rows = "".join(
+        "<tr>" + "".join(f'<td style="{_CELL_STYLE}">{html.escape(value)}</td>' for value in _holder_cells(holder)) + "</tr>"
+        for holder in holders
+    )
+    return (
+        '<div class="tpu-nb-holders"><p><strong>Processes holding the TPU</strong></p>'
+        f'<table style="border-collapse:collapse"><thead><tr>{header}</tr></thead><tbody>{rows}</tbody></table></div>'
+    )
+
+
+def _holder_cells(holder: DeviceHolder) -> tuple[str, ...]:
+    age = "unknown" if holder.age is None else describe_age(holder.age)
+    return (str(holder.pid), holder.command, ", ".join(holder.paths), age, holder.owner or "unknown", holder.origin_text)
 
 
 def _count(number: int, noun: str) -> str:

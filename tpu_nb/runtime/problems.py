@@ -6,12 +6,12 @@ or None; `RULES` is their order in `%tpu_info`. A new problem is a new rule.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .device_holders import DeviceHolder, Origin
 from .info import Problem, TpuInfo, Versions
-from .system import OpenedBy, SystemView, xla_runtime_started
+from .system import SystemView, xla_runtime_started
 from .versions import expected_libtpu, has_matching_xla, libtpu_matches, release
 
 TORCH_XLA_MISSING = "torch_xla_missing"
@@ -23,8 +23,6 @@ LIBTPU_MISSING = "libtpu_missing"
 LIBTPU_MISMATCH = "libtpu_mismatch"
 PJRT_CPU_ON_TPU = "pjrt_cpu_on_tpu"
 NO_TPU = "no_tpu"
-
-TPU_DEVICE_NODE = re.compile(r"/dev/(accel\d+|vfio/\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +37,7 @@ class Findings:
     workers: int
     topology_vars: tuple[str, ...]
     xla_install: str
+    tpu_holders: tuple[DeviceHolder, ...]
 
 
 def runtime_initialized(found: Findings) -> Problem | None:
@@ -56,21 +55,44 @@ def runtime_initialized(found: Findings) -> Problem | None:
 
 
 def tpu_busy(found: Findings) -> Problem | None:
-    if not found.tpu:
-        return None
-    holders = found.system.opened_by_other_processes(lambda path: TPU_DEVICE_NODE.fullmatch(path) is not None)
-    if not holders:
+    holders = found.tpu_holders
+    if not found.tpu or not holders:
         return None
     return Problem(
         TPU_BUSY,
         "error",
-        "The TPU is held by another process: " + "; ".join(map(_describe_holder, holders)) + ".",
-        f"Stop it (kill {' '.join(str(holder.pid) for holder in holders)}) or restart the runtime.",
+        "The TPU is held by another process: " + "; ".join(holder.summary for holder in holders) + ".",
+        " ".join(_how_to_free(holders, found.system.own_uid)),
     )
 
 
-def _describe_holder(holder: OpenedBy) -> str:
-    return f"pid {holder.pid} ({holder.command or 'unknown command'}) has {', '.join(holder.paths)} open"
+def _how_to_free(holders: tuple[DeviceHolder, ...], own_uid: int) -> list[str]:
+    """One sentence per kind of holder: what `%tpu_release` ends, and what only its user, root or a restart can."""
+    stale = [holder.pid for holder in holders if holder.origin is Origin.ELSEWHERE and holder.uid in (own_uid, None)]
+    others = [holder for holder in holders if holder.origin is Origin.ELSEWHERE and holder.uid not in (own_uid, None)]
+    started_here = [holder.pid for holder in holders if holder.origin is Origin.THIS_KERNEL]
+    above = [holder.pid for holder in holders if holder.origin is Origin.KERNEL_ANCESTOR]
+    sentences = []
+    if stale:
+        sentences.append(f"Run %tpu_release to end {_pids(stale)} (or: kill {_numbers(stale)}), or restart the runtime.")
+    for holder in others:
+        sentences.append(f"pid {holder.pid} belongs to {holder.owner}: only they or root can end it (sudo kill {holder.pid}).")
+    if started_here:
+        sentences.append(
+            f"This kernel started {_pids(started_here)}: interrupt the cell running it, call .stop() or .kill() on a "
+            f"background run's handle, or kill {_numbers(started_here)}."
+        )
+    if above:
+        sentences.append(f"This kernel runs under {_pids(above)}: restart the runtime.")
+    return sentences
+
+
+def _pids(pids: list[int]) -> str:
+    return ("pid " if len(pids) == 1 else "pids ") + _numbers(pids)
+
+
+def _numbers(pids: list[int]) -> str:
+    return " ".join(map(str, pids))
 
 
 def torch_xla_missing(found: Findings) -> Problem | None:

@@ -13,7 +13,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
 
@@ -51,6 +51,14 @@ class OpenedBy(NamedTuple):
     paths: tuple[str, ...]
 
 
+class ProcessStatus(NamedTuple):
+    """What /proc/<pid>/status says about a process: its state letter ("S", "Z"...), parent and real user id."""
+
+    state: str
+    parent: int
+    uid: int
+
+
 @dataclass(frozen=True, slots=True)
 class SystemView:
     """Where detection looks: environment, /sys, /dev, /proc, imports, packages."""
@@ -62,6 +70,7 @@ class SystemView:
     modules: Mapping[str, object] = field(default_factory=lambda: sys.modules)
     package_version: Callable[[str], str | None] = installed_version
     own_pid: int = field(default_factory=os.getpid)
+    own_uid: int = field(default_factory=os.getuid)
 
     @classmethod
     def current(cls) -> SystemView:
@@ -96,14 +105,46 @@ class SystemView:
 
         A hosted session (Kaggle's) is the container: its first process started with it.
         """
+        return self.process_started_at(1)
+
+    def process_started_at(self, pid: int) -> float | None:
+        """When process `pid` started, as a Unix time; None if /proc does not say (or it exited)."""
         boot = next(
             (line.split()[1] for line in (self.read_text(self.proc_root / "stat") or "").splitlines() if line.startswith("btime ")), None
         )
-        first = self.read_text(self.proc_root / "1" / "stat")
-        if boot is None or first is None or not boot.isdigit():
+        stat = self.read_text(self.proc_root / str(pid) / "stat")
+        if boot is None or stat is None or not boot.isdigit():
             return None
-        fields = first[first.rindex(")") + 2 :].split()
+        # The fields after the command name, which is in parentheses and may hold spaces and ")".
+        fields = stat[stat.rindex(")") + 2 :].split()
         return int(boot) + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: start time, in ticks since boot
+
+    def process_status(self, pid: int) -> ProcessStatus | None:
+        """State, parent and owner of process `pid`, or None when it exited (or /proc does not say)."""
+        status = self.read_text(self.proc_root / str(pid) / "status")
+        if status is None:
+            return None
+        fields = {name: value.split() for name, _, value in (line.partition(":") for line in status.splitlines())}
+        try:
+            return ProcessStatus(fields["State"][0], int(fields["PPid"][0]), int(fields["Uid"][0]))  # Uid: real, effective, ...
+        except (KeyError, IndexError, ValueError):
+            return None  # not a status file as Linux writes it
+
+    def command_line(self, pid: int) -> tuple[str, ...]:
+        """The arguments process `pid` was started with; empty for kernel threads, zombies and exited processes."""
+        try:
+            raw = (self.proc_root / str(pid) / "cmdline").read_bytes()
+        except OSError:
+            return ()
+        arguments = raw.decode("utf-8", errors="replace").split("\0")
+        return tuple(arguments[:-1] if arguments[-1] == "" else arguments)  # each argument ends with a NUL
+
+    def named_as_viewed(self, path: str) -> str:
+        """A path as the viewed machine names it: one under dev_root is "/dev/..." (so test device files count as devices)."""
+        try:
+            return "/dev/" + PurePosixPath(path).relative_to(self.dev_root).as_posix()
+        except ValueError:
+            return path
 
     def opened_by_other_processes(self, wanted: Callable[[str], bool]) -> tuple[OpenedBy, ...]:
         """Processes other than ours holding open a path for which `wanted` is true.
@@ -115,7 +156,7 @@ class SystemView:
         for process in _sorted_entries(self.proc_root):
             if not process.name.isdigit() or int(process.name) == self.own_pid:
                 continue
-            paths = sorted({target for target in _fd_targets(process / "fd") if wanted(target)})
+            paths = sorted({path for path in map(self.named_as_viewed, _fd_targets(process / "fd")) if wanted(path)})
             if paths:
                 command = self.read_text(process / "comm") or None
                 holders.append(OpenedBy(int(process.name), command, tuple(paths)))

@@ -1,0 +1,135 @@
+"""Who holds the TPU: real processes on fake device files, and fake /proc trees for what a test cannot start."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.device_holders import FakeTpu, fake_tpu_in
+
+from tpu_nb.runtime import SystemView
+from tpu_nb.runtime.device_holders import COMMAND_WIDTH, Origin, describe_age, is_tpu_device, tpu_device_holders
+
+
+@pytest.fixture
+def fake_tpu(tmp_path: Path) -> Iterator[FakeTpu]:
+    with fake_tpu_in(tmp_path) as tpu:
+        yield tpu
+
+
+def test_a_child_of_the_kernel_and_an_orphan_are_told_apart(fake_tpu: FakeTpu) -> None:
+    child = fake_tpu.hold_as_child("accel0")
+    orphan = fake_tpu.hold_as_orphan("vfio/0")
+
+    holders = {holder.pid: holder for holder in tpu_device_holders(fake_tpu.view())}
+
+    assert {child, orphan} <= set(holders)
+    mine, left = holders[child], holders[orphan]
+    assert mine.paths == ("/dev/accel0",)
+    assert left.paths == ("/dev/vfio/0",)
+    for holder in (mine, left):
+        program = Path(sys.executable).name
+        assert holder.command.startswith(f"{program} -c ")  # the program by name, not its whole path
+        assert len(holder.command) <= COMMAND_WIDTH
+        assert holder.age is not None and 0 < holder.age < 120
+        assert holder.uid == os.getuid()
+        assert holder.owner == pwd.getpwuid(os.getuid()).pw_name
+    assert (mine.origin, mine.child_of_kernel, mine.parent) == (Origin.THIS_KERNEL, True, os.getpid())
+    assert mine.origin_text == "started by this kernel (child of the kernel)"
+    assert left.origin is Origin.ELSEWHERE and not left.child_of_kernel
+    assert left.origin_text == "not from this kernel (stale?)"
+    assert left.summary.startswith(f"pid {orphan} ({Path(sys.executable).name} -c ")
+    assert " has /dev/vfio/0 open, running " in left.summary
+    assert left.summary.endswith(f", user {left.owner}, not from this kernel (stale?)")
+
+
+def test_the_shared_vfio_container_and_other_files_do_not_count(fake_tpu: FakeTpu) -> None:
+    holder = fake_tpu.hold_as_child("vfio/vfio")
+
+    assert holder not in {found.pid for found in tpu_device_holders(fake_tpu.view())}
+
+
+def write(root: Path, relative: str, text: str) -> None:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def fake_process(root: Path, pid: int, parent: int, uid: int, cmdline: str = "", comm: str = "python3", holds: str = "") -> None:
+    """A process in a fake /proc: status, stat (started 60s after boot), cmdline, comm and, if it holds one, a device file."""
+    write(root, f"proc/{pid}/status", f"Name:\t{comm}\nState:\tS (sleeping)\nPPid:\t{parent}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
+    ticks = os.sysconf("SC_CLK_TCK")
+    write(root, f"proc/{pid}/stat", f"{pid} ({comm}) S {parent} " + " ".join(["0"] * 17) + f" {60 * ticks} 0 0\n")
+    write(root, f"proc/{pid}/cmdline", cmdline)
+    write(root, f"proc/{pid}/comm", comm + "\n")
+    if holds:
+        (root / f"proc/{pid}/fd").mkdir(parents=True, exist_ok=True)
+        os.symlink(holds, root / f"proc/{pid}/fd/9")
+
+
+@pytest.fixture
+def machine(tmp_path: Path) -> SystemView:
+    """A fake /proc: init (1) > server (50) > kernel (100) > supervisor (110) > worker (111); and others besides."""
+    write(tmp_path, "proc/stat", "cpu  1 2 3\nbtime 1764600000\n")
+    fake_process(tmp_path, 1, 0, 0, "/sbin/init\0")
+    fake_process(tmp_path, 50, 1, 1000, "jupyter-server\0", holds="/dev/accel3")
+    fake_process(tmp_path, 100, 50, 1000, "python3\0-m\0ipykernel_launcher\0")
+    fake_process(tmp_path, 110, 100, 1000, "python3\0-m\0ipykernel_launcher\0", holds="/dev/accel0")
+    fake_process(tmp_path, 111, 110, 1000, "python3\0-m\0ipykernel_launcher\0", holds="/dev/accel1")
+    long_line = "/usr/bin/python3\0train.py\0--output_dir\0" + "/very/long/path" * 20 + "\0"
+    fake_process(tmp_path, 200, 1, 1000, long_line, holds="/dev/vfio/0")
+    fake_process(tmp_path, 300, 1, 54321, "python3\0someone_elses.py\0", holds="/dev/vfio/1")
+    fake_process(tmp_path, 400, 1, 1000, "", comm="zombie", holds="/dev/accel2")  # no command line
+    return SystemView(environ={}, dev_root=tmp_path / "dev", proc_root=tmp_path / "proc", modules={}, own_pid=100, own_uid=1000)
+
+
+def test_origins_owners_and_commands_from_a_fake_proc(machine: SystemView) -> None:
+    holders = {holder.pid: holder for holder in tpu_device_holders(machine)}
+
+    assert set(holders) == {50, 110, 111, 200, 300, 400}  # the kernel itself (100) is never listed
+    assert holders[50].origin is Origin.KERNEL_ANCESTOR
+    assert holders[50].origin_text == "this kernel runs under it"
+    assert holders[110].origin_text == "started by this kernel (child of the kernel)"
+    assert holders[111].origin is Origin.THIS_KERNEL
+    assert holders[111].origin_text == "started by this kernel (under pid 110)"
+    assert holders[200].origin is Origin.ELSEWHERE
+    assert holders[200].command.startswith("python3 train.py --output_dir /very/long/path")
+    assert len(holders[200].command) == COMMAND_WIDTH and holders[200].command.endswith("…")
+    assert holders[300].uid == 54321
+    assert holders[300].owner == "uid 54321"  # no such user here
+    assert holders[400].command == "zombie"  # no command line: /proc/<pid>/comm names it
+    assert holders[200].started_at == 1764600000 + 60
+    assert holders[200].age == pytest.approx(holders[200].seen_at - holders[200].started_at)
+
+
+def test_a_process_that_exited_while_we_looked_has_no_owner_and_counts_as_not_ours(machine: SystemView, tmp_path: Path) -> None:
+    (tmp_path / "proc/200/status").unlink()
+    (tmp_path / "proc/200/stat").unlink()
+
+    (holder,) = [holder for holder in tpu_device_holders(machine) if holder.pid == 200]
+
+    assert (holder.uid, holder.owner, holder.parent, holder.age) == (None, None, None, None)
+    assert holder.origin is Origin.ELSEWHERE
+    assert "running" not in holder.summary and "user" not in holder.summary
+
+
+@pytest.mark.parametrize("path", ["/dev/accel0", "/dev/accel12", "/dev/vfio/0", "/dev/vfio/3"])
+def test_tpu_device_files(path: str) -> None:
+    assert is_tpu_device(path)
+
+
+@pytest.mark.parametrize("path", ["/dev/vfio/vfio", "/dev/accel", "/dev/accel/accel0", "/dev/null", "/tmp/dev/accel0"])
+def test_not_tpu_device_files(path: str) -> None:
+    assert not is_tpu_device(path)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "said"),
+    [(0.4, "0s"), (42, "42s"), (185, "3m 05s"), (2 * 3600 + 7 * 60 + 5, "2h 07m"), (3 * 86400 + 4 * 3600 + 59, "3d 4h")],
+)
+def test_ages_as_a_person_says_them(seconds: float, said: str) -> None:
+    assert describe_age(seconds) == said

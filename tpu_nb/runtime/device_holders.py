@@ -1,0 +1,152 @@
+"""Who holds the TPU's device files: each process with its command line, age, owner, and whether this kernel started it.
+
+Orphaned workers of an earlier kernel keep /dev/accel* or /dev/vfio/* open
+and the TPU stays "busy" (pytorch/xla#8569, #7761) with nothing visible in
+the notebook. This names them, so that `%tpu_release` or the user can end
+the right ones.
+"""
+
+from __future__ import annotations
+
+import pwd
+import re
+import shlex
+import time
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import PurePosixPath
+
+from .system import OpenedBy, SystemView
+
+TPU_DEVICE_NODE = re.compile(r"/dev/(accel\d+|vfio/\d+)")
+COMMAND_WIDTH = 100  # characters of a command line shown; a kernel's or a worker's runs far longer
+
+
+class Origin(str, Enum):
+    """How a holder is related to the process looking (the kernel)."""
+
+    THIS_KERNEL = "this_kernel"
+    """Started by this kernel (a descendant): one of its runs, or something run from a cell."""
+    KERNEL_ANCESTOR = "kernel_ancestor"
+    """A process this kernel runs under (its server, its container's init): ending it ends the kernel."""
+    ELSEWHERE = "elsewhere"
+    """Not from this kernel: another notebook's, or left behind by an earlier kernel."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceHolder:
+    """A process other than ours with TPU device files open."""
+
+    pid: int
+    command: str
+    """Its command line, shortened to COMMAND_WIDTH."""
+    paths: tuple[str, ...]
+    uid: int | None
+    """Its real user id; None when it exited while we looked."""
+    owner: str | None
+    """Its user's name (or "uid N" when the name is unknown)."""
+    origin: Origin
+    parent: int | None
+    """Its parent's pid; None when it exited while we looked."""
+    child_of_kernel: bool
+    """Whether its parent is the kernel itself (a worker's parent is its run's supervisor, the kernel's child)."""
+    started_at: float | None
+    seen_at: float
+    """When we looked: its age is counted to then."""
+
+    @property
+    def age(self) -> float | None:
+        """Seconds it had been running when we looked."""
+        return None if self.started_at is None else max(0.0, self.seen_at - self.started_at)
+
+    @property
+    def origin_text(self) -> str:
+        """Its relation to the kernel, in words."""
+        if self.origin is Origin.THIS_KERNEL:
+            return f"started by this kernel ({'child of the kernel' if self.child_of_kernel else f'under pid {self.parent}'})"
+        if self.origin is Origin.KERNEL_ANCESTOR:
+            return "this kernel runs under it"
+        return "not from this kernel (stale?)"
+
+    @property
+    def summary(self) -> str:
+        """One line: pid, command, device files, age, owner, origin."""
+        age = "" if self.age is None else f", running {describe_age(self.age)}"
+        owner = "" if self.owner is None else f", user {self.owner}"
+        return f"pid {self.pid} ({self.command}) has {', '.join(self.paths)} open{age}{owner}, {self.origin_text}"
+
+
+def is_tpu_device(path: str) -> bool:
+    """Whether `path` names a TPU device file (/dev/accel0, /dev/vfio/0; not the shared /dev/vfio/vfio)."""
+    return TPU_DEVICE_NODE.fullmatch(path) is not None
+
+
+def tpu_device_holders(system: SystemView) -> tuple[DeviceHolder, ...]:
+    """Every process other than ours holding a TPU device file, by pid."""
+    seen_at = time.time()
+    ancestors = _ancestors(system, system.own_pid)
+    return tuple(_describe(system, opened, ancestors, seen_at) for opened in system.opened_by_other_processes(is_tpu_device))
+
+
+def describe_age(seconds: float) -> str:
+    """A duration as a person would say it: "42s", "3m 05s", "2h 07m", "3d 4h"."""
+    whole = int(seconds)
+    minutes, secs = divmod(whole, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
+
+
+def _describe(system: SystemView, opened: OpenedBy, ancestors: frozenset[int], seen_at: float) -> DeviceHolder:
+    status = system.process_status(opened.pid)
+    if opened.pid in ancestors:
+        origin = Origin.KERNEL_ANCESTOR
+    elif system.own_pid in _ancestors(system, opened.pid):
+        origin = Origin.THIS_KERNEL
+    else:
+        origin = Origin.ELSEWHERE
+    return DeviceHolder(
+        pid=opened.pid,
+        command=_shortened(system.command_line(opened.pid), opened.command),
+        paths=opened.paths,
+        uid=None if status is None else status.uid,
+        owner=None if status is None else _user_name(status.uid),
+        origin=origin,
+        parent=None if status is None else status.parent,
+        child_of_kernel=status is not None and status.parent == system.own_pid,
+        started_at=system.process_started_at(opened.pid),
+        seen_at=seen_at,
+    )
+
+
+def _ancestors(system: SystemView, pid: int) -> frozenset[int]:
+    """The processes above `pid`, up to the first (pid 1, or the container's)."""
+    found: set[int] = set()
+    status = system.process_status(pid)
+    # A parent pid that repeats can only come from a pid reused while we walked: stop there.
+    while status is not None and status.parent > 0 and status.parent not in found:
+        found.add(status.parent)
+        status = system.process_status(status.parent)
+    return frozenset(found)
+
+
+def _shortened(arguments: tuple[str, ...], name: str | None) -> str:
+    if not arguments:
+        # Zombies and kernel threads have no command line; /proc/<pid>/comm still names them.
+        return name or "unknown command"
+    program, *rest = arguments
+    text = shlex.join((PurePosixPath(program).name or program, *rest))  # "python3 train.py", not "/usr/local/bin/python3 train.py"
+    return text if len(text) <= COMMAND_WIDTH else text[: COMMAND_WIDTH - 1] + "…"
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
