@@ -63,6 +63,7 @@ benchmark: install
 	PJRT_DEVICE=CPU $(BIN)/python benchmarks/spmd_memory.py
 	PJRT_DEVICE=CPU $(BIN)/python benchmarks/host_sync.py
 	PJRT_DEVICE=CPU $(BIN)/python benchmarks/checkpoint_overhead.py
+	PJRT_DEVICE=CPU $(BIN)/python benchmarks/watchdog_overhead.py
 
 clean:
 	rm -rf $(VENV) $(COMPAT_IMAGES:%=.venv-%) .debian13 build *.egg-info

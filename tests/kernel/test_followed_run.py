@@ -17,6 +17,7 @@ from tpu_nb.kernel.deadlines import Deadline
 from tpu_nb.kernel.endings import Ending
 from tpu_nb.kernel.followed_run import FollowedRun, run_in_foreground
 from tpu_nb.kernel.options import LaunchOptions
+from tpu_nb.wire.stacks import StackReport
 
 
 class ScriptedRun(FollowedRun):
@@ -34,6 +35,9 @@ class ScriptedRun(FollowedRun):
     @property
     def stopping_note(self) -> str:
         return "stopping"
+
+    def stacks(self) -> StackReport:
+        return StackReport("asked for", (), "no processes in a scripted run", "none")
 
     def _start(self) -> None:
         pass

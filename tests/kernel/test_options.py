@@ -50,3 +50,20 @@ def test_an_empty_compile_cache_directory_is_named() -> None:
     assert LaunchOptions(compile_cache=" ").problems() == [
         'compile_cache="": give a directory for the compilation cache, or "off" for none.'
     ]
+
+
+def test_the_watchdog_is_learned_by_default_fixed_by_a_duration_and_off_by_name() -> None:
+    import pytest
+
+    from tpu_nb.kernel.errors import LaunchRefused
+    from tpu_nb.wire.stacks import WatchdogSetting
+
+    assert LaunchOptions.from_user().watchdog == WatchdogSetting(None)
+    assert LaunchOptions.from_user(watchdog="90").watchdog == WatchdogSetting(90.0)
+    assert LaunchOptions.from_user(watchdog=45).watchdog == WatchdogSetting(45.0)
+    assert LaunchOptions.from_user(watchdog="2m").watchdog == WatchdogSetting(120.0)
+    assert LaunchOptions.from_user(watchdog="OFF").watchdog is None
+    with pytest.raises(LaunchRefused, match=r"--watchdog soon: give a duration such as 90s.*--watchdog off"):
+        LaunchOptions.from_user(watchdog="soon")
+    assert WatchdogSetting(None).threshold(2.0) == 60.0 and WatchdogSetting(None).threshold(30.0) == 150.0
+    assert WatchdogSetting(10.0).threshold(30.0) == 10.0

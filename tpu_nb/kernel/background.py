@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from IPython.core.error import UsageError
+
 from tpu_nb.wire.events import Event, Progress
+from tpu_nb.wire.stacks import StackReport
 from tpu_nb.workers.programs import Program
 
 from .endings import Ending
@@ -82,7 +85,7 @@ def follow_in_background(make_run: Callable[[list[RunObserver], Write], Followed
         handle.run.close()  # what the start did make (a pod run's reaper) goes with it
         raise
     if buttons is not None:
-        buttons.show(handle.stop, handle.kill)
+        buttons.show(handle.stop, handle.kill, handle.stacks)
     handle.follow(on_end=None if buttons is None else buttons.disable)
     return handle
 
@@ -145,6 +148,15 @@ class BackgroundRun:
         """Terminate every worker now, and wait until they are gone."""
         self.run.request_kill()
         self._finished.wait()
+
+    def stacks(self) -> StackReport:
+        """Where every rank is now: the line of your cell, the library call it waits in, and a verdict with its fix.
+
+        `print(run.stacks())` for the summary, `.full_stacks()` for every frame.
+        """
+        if self._finished.is_set():
+            raise UsageError(f"run {self.name!r} has ended ({self.status}): it has no stacks any more.")
+        return self.run.stacks()
 
     @property
     def metrics(self) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Literal, Protocol
 
 from tpu_nb.wire.events import CheckpointSaved, Event, Notice
+from tpu_nb.wire.stacks import StackReport
 
 from .deadlines import Deadline
 from .endings import Ending
@@ -68,6 +69,10 @@ class FollowedRun(ABC):
     @abstractmethod
     def stopping_note(self) -> str:
         """What the user is told after a first interrupt."""
+
+    @abstractmethod
+    def stacks(self) -> StackReport:
+        """Where every rank is now, with a verdict (any thread)."""
 
     def start(self) -> None:
         """Check, show the dashboard, start the processes: `LaunchRefused` (nothing started) when something is wrong."""

@@ -38,6 +38,7 @@ def launch(
     budget: str | None = None,
     resume: str | bool | None = None,
     deadline: str | None = None,
+    watchdog: str | float | None = None,
 ) -> Any:
     """Run `fn(*args)` in a worker per XLA device (forked: no pickling) and return rank 0's result.
 
@@ -57,7 +58,9 @@ def launch(
     `tpu_nb.checkpoint.track()` names (or a Trainer's state) `every` "15m"
     or "500steps", keeping `keep` (within `budget`, "15GB"); `resume=True` (or a directory) starts from
     the newest verified one; `deadline="8h30m"` or "21:00" stops the run
-    gracefully before then, with a checkpoint.
+    gracefully before then, with a checkpoint. A rank that stops moving for
+    longer than `watchdog` seconds (default: learned, 5x the median step, at
+    least 60) gets every rank's stack and a verdict shown; "off" turns it off.
     Raises `WorkerError` with the worker's traceback if `fn` raised,
     `WorkerDied`, `TrainingInterrupted` or `TrainingTimedOut`.
     """
@@ -78,6 +81,7 @@ def launch(
         budget=budget,
         resume=resume,
         deadline=deadline,
+        watchdog=watchdog,
     )
     program = FunctionProgram(fn, args)
     name = str(getattr(fn, "__name__", "run"))

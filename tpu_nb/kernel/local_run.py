@@ -11,19 +11,22 @@ import signal
 from collections.abc import Sequence
 from typing import ClassVar
 
-from tpu_nb.runtime import detect
-from tpu_nb.wire.events import Event, Stopping, WorkerRaised, WorkerStarted
+from tpu_nb.runtime import RuntimeInfo, detect
+from tpu_nb.wire.events import ChipFigures, Event, Notice, Stalled, Stopping, WorkerRaised, WorkerStarted
+from tpu_nb.wire.stacks import StackReport
 from tpu_nb.wire.stop_request import StopRequest
 from tpu_nb.workers.programs import Program
 
 from . import warm_imports
+from .chip_usage import ChipUsagePoller, metrics_addresses, rank_chip_text, tpu_info_installed, usage_for_rank, usage_text
 from .endings import Died, Ending, Outcome, Stopped, collect, ending_of
 from .followed_run import FollowedRun, RunObserver
 from .options import LaunchOptions
 from .output import OutputPrinter, Write, write_to_sys
 from .preflight import check_can_launch
-from .processes import WorkerProcesses
+from .processes import TERMINATE_GRACE, WorkerProcesses
 from .progress.display import make_display
+from .stalls.watch import StallWatch
 
 
 class _EventFacts:
@@ -49,6 +52,15 @@ class _EventFacts:
             self.last_step = step
 
 
+def _chip_poller(info: RuntimeInfo, devices: int, spmd: bool) -> tuple[ChipUsagePoller, int] | None:
+    """On a TPU where tpu-info is installed: the chips' figures, read from each worker process's libtpu (started after the fork)."""
+    if info.tpu is None or not tpu_info_installed():
+        return None
+    per_process = devices if spmd else info.tpu.devices_per_chip  # torch_xla: a process per chip; SPMD: one for all
+    poller = ChipUsagePoller(metrics_addresses(max(devices // per_process, 1)), devices_per_chip=info.tpu.devices_per_chip)
+    return poller.start(), per_process
+
+
 class Run(FollowedRun):
     """One launch on this machine, from its checks to its ending."""
 
@@ -67,6 +79,9 @@ class Run(FollowedRun):
         self._processes = WorkerProcesses()
         self._facts = _EventFacts()
         self._stop_request: StopRequest | None = None
+        self._stalls: StallWatch | None = None
+        self._chips: tuple[ChipUsagePoller, int] | None = None  # on a TPU with tpu-info: the poller, and devices per process
+        self._chips_shown: object = None  # the poller's readings last put on the worker rows
 
     @classmethod
     def alive(cls) -> str | None:
@@ -101,14 +116,50 @@ class Run(FollowedRun):
                 doctor=self.options.doctor,
                 compile_cache=self.options.compile_cache_for(info),
                 checkpoints=self.options.checkpoints,
+                watchdog=self.options.watchdog,
             )
         except BaseException:
             Run._alive = None
             raise
+        assert self._processes.places is not None
+        self._chips = _chip_poller(info, environment.devices, self.options.spmd)
+        self._stalls = StallWatch(self._processes.places.run_dir, self.options.watchdog, chips=self._chip_text)
+        self._observers.insert(0, self._stalls)
+
+    def _chip_text(self, rank: int) -> str | None:
+        if self._chips is None:
+            return None
+        poller, devices_per_process = self._chips
+        return rank_chip_text(poller.latest or (), rank, devices_per_process)
+
+    def stacks(self) -> StackReport:
+        """Where every rank is now, with a verdict (any thread; takes up to a few seconds)."""
+        if self._stalls is None:
+            raise RuntimeError(f"{self.title} has not started its workers yet")
+        return self._stalls.report("asked for")
 
     def _take_events(self, timeout: float) -> None:
+        assert self._stalls is not None
         for event in self._processes.read(timeout):
             self._deliver(event)
+            report = self._stalls.on_stall(event) if isinstance(event, Stalled) else None
+            if report is not None:
+                self._deliver(report)
+        silence = self._stalls.silent_process()
+        if silence is not None:
+            self._deliver(silence)
+        self._deliver_chip_figures()
+
+    def _deliver_chip_figures(self) -> None:
+        """Each rank's chip figures on its worker row, when the poller has read new ones."""
+        if self._chips is None or self._chips[0].latest is self._chips_shown:
+            return
+        poller, per_process = self._chips
+        self._chips_shown = readings = poller.latest
+        for rank in sorted(self._facts.ranks_by_pid.values()):
+            usage = usage_for_rank(readings or (), rank, per_process)
+            if usage is not None:
+                self._deliver(ChipFigures(rank, usage if isinstance(usage, str) else usage_text(usage)))
 
     def _ended_by_itself(self) -> bool:
         if self._processes.exit_status is None:
@@ -129,13 +180,20 @@ class Run(FollowedRun):
             self._stop_request.request()
 
     def _end_everything(self) -> None:
-        self._processes.end()
+        killed = self._processes.end(workers=list(self._facts.ranks_by_pid))
         self._deliver_rest()
+        ranks = [f"rank {self._facts.ranks_by_pid[pid]} (pid {pid})" for pid in killed if pid in self._facts.ranks_by_pid]
+        if ranks:
+            text = f"{', '.join(ranks)} did not end on SIGTERM within {TERMINATE_GRACE:g}s: ended with SIGKILL"
+            self._write("stderr", f"tpu_nb: {text}.\n")
+            self._deliver(Notice(0, text))
 
     def _ending(self) -> Ending:
         return ending_of(self._outcome())
 
     def _release(self) -> None:
+        if self._chips is not None:
+            self._chips[0].stop()
         if self._processes.places is not None:
             warm_imports.warm_up_after(self._processes.places.run_dir)  # for the next run's start
         self._processes.close()

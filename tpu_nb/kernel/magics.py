@@ -184,6 +184,12 @@ class TpuMagics(Magics):
         help="Stop gracefully, with a checkpoint, before WHEN: a duration (8h30m) or a clock time (21:00). "
         "On Kaggle's TPU the default is the session's end.",
     )
+    @argument(
+        "--watchdog",
+        metavar="SECONDS|off",
+        help="When a rank has not moved for SECONDS (default: 5x the median step, at least 60s), show where every rank is "
+        "(the lines of your cells, the call they wait in) and what to do; 'off' turns it off.",
+    )
     @argument("--background", action="store_true", help="Return at once with a run handle; the notebook stays free while it trains.")
     @argument("--name", default="run", metavar="NAME", help="With --background: bind the run's handle to NAME (default: run).")
     @cell_magic
@@ -216,6 +222,7 @@ class TpuMagics(Magics):
             budget=args.budget,
             resume=args.resume,
             deadline=args.deadline,
+            watchdog=args.watchdog,
         )
         if options.checkpoints is not None:
             self.last_checkpoints = options.checkpoints.directory

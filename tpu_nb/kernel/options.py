@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tpu_nb.runtime import Accelerator, Platform, RuntimeInfo
-from tpu_nb.wire.checkpoints import CheckpointPlan
+from tpu_nb.wire.checkpoints import CheckpointError, CheckpointPlan, parse_duration
 from tpu_nb.wire.mesh import MeshError, MeshShape
+from tpu_nb.wire.stacks import WatchdogSetting
 
 from .checkpoint_plans import plan_checkpoints
 from .deadlines import Deadline, deadline_for
 from .errors import LaunchRefused
 
 NO_COMPILE_CACHE = "off"
+WATCHDOG_OFF = "off"
 
 # Where Colab's and Kaggle's TPU runtimes keep files between kernel restarts
 # (Kaggle also saves /kaggle/working with the notebook's output).
@@ -47,6 +49,8 @@ class LaunchOptions:
     """--checkpoint: where the run's checkpoints go, how often, how many, and what it resumes from."""
     deadline: Deadline | None = None
     """--deadline: when the run must have stopped (it stops earlier, with a checkpoint); on Kaggle's TPU, the session's end."""
+    watchdog: WatchdogSetting | None = field(default_factory=WatchdogSetting)
+    """--watchdog: after how long a rank that does not move gets every rank's stack shown (None: off)."""
 
     @classmethod
     def from_user(
@@ -68,11 +72,12 @@ class LaunchOptions:
         budget: str | None = None,
         resume: str | bool | None = None,
         deadline: str | None = None,
+        watchdog: str | float | None = None,
     ) -> LaunchOptions:
         """The options as the user typed them (the mesh as text, "fsdp=4,tensor=2"); `LaunchRefused` when one cannot be read.
 
         `resume`: True (or "") for --checkpoint's directory, or a directory; `deadline`: "8h30m" from now, or "21:00";
-        `budget`: "15GB", what all checkpoints may take.
+        `budget`: "15GB", what all checkpoints may take; `watchdog`: seconds ("90", "2m"), "off", or None to learn it.
         """
         try:
             mesh_shape = None if mesh is None else MeshShape.parse(mesh)
@@ -80,6 +85,7 @@ class LaunchOptions:
             raise LaunchRefused(f"tpu_nb did not start the run:\n- {error}") from None
         checkpoints = plan_checkpoints(checkpoint, every, keep, resume, budget)
         deadline_at = None if deadline is None else deadline_for(deadline, None)
+        watchdog_setting = _watchdog_setting(watchdog)
         return cls(
             cores=cores,
             timeout=timeout,
@@ -93,6 +99,7 @@ class LaunchOptions:
             compile_cache=compile_cache,
             checkpoints=checkpoints,
             deadline=deadline_at,
+            watchdog=watchdog_setting,
         )
 
     def deadline_on(self, info: RuntimeInfo) -> Deadline | None:
@@ -127,3 +134,15 @@ class LaunchOptions:
     def mesh_for(self, devices: int) -> MeshShape:
         """The mesh of an SPMD run over `devices` devices."""
         return self.mesh if self.mesh is not None else MeshShape.default(devices)
+
+
+def _watchdog_setting(value: str | float | None) -> WatchdogSetting | None:
+    """`--watchdog`'s value: None learns the threshold from the run, "off" turns the watchdog off."""
+    if value is None:
+        return WatchdogSetting()
+    if isinstance(value, str) and value.strip().lower() == WATCHDOG_OFF:
+        return None
+    try:
+        return WatchdogSetting(parse_duration(str(value), "--watchdog"))
+    except CheckpointError as error:
+        raise LaunchRefused(f'tpu_nb did not start the run:\n- {error} Or --watchdog off (watchdog="off") to turn it off.') from None

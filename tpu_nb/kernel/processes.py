@@ -10,6 +10,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from tpu_nb.wire.channel import EventReader, open_channel
@@ -18,6 +19,7 @@ from tpu_nb.wire.environment import WorkerEnvironment
 from tpu_nb.wire.events import Event
 from tpu_nb.wire.mesh import MeshShape
 from tpu_nb.wire.results import ResultPlaces, free_bytes, remove_places
+from tpu_nb.wire.stacks import WatchdogSetting
 from tpu_nb.wire.stop_request import StopRequest
 from tpu_nb.workers.programs import Program
 from tpu_nb.workers.supervisor import prepare_to_fork, supervise
@@ -53,6 +55,7 @@ class WorkerProcesses:
         doctor: bool = True,
         compile_cache: str | None = None,
         checkpoints: CheckpointPlan | None = None,
+        watchdog: WatchdogSetting | None = None,
     ) -> None:
         """Fork the supervisor; it forks the workers (through `xmp.spawn`, or one SPMD worker when `mesh` is given)."""
         warm_imports.wait()  # no import half done in another thread when the kernel forks
@@ -61,7 +64,7 @@ class WorkerProcesses:
         sys.stderr.flush()
         reader, writer = open_channel()
         places = make_places()
-        payload = WorkerPayload(program, writer, stop_request, places, all_results, mesh, doctor, compile_cache, checkpoints)
+        payload = WorkerPayload(program, writer, stop_request, places, all_results, mesh, doctor, compile_cache, checkpoints, watchdog)
         kernel_pid = os.getpid()
         prepare_to_fork()
         pid = forking.fork()
@@ -106,15 +109,30 @@ class WorkerProcesses:
     def group_alive(self) -> bool:
         return bool(live_group_members(self.pid))
 
-    def end(self) -> None:
-        """SIGTERM the whole process group, then SIGKILL what is left; wait until it is gone."""
+    def end(self, workers: Collection[int] = ()) -> list[int]:
+        """End the run's processes; the pids among `workers` that needed SIGKILL.
+
+        The workers get SIGTERM first, on their own: the supervisor's end
+        would SIGKILL them at once (their parent-death signal) and hide
+        which one did not end by itself. Then the whole group, SIGTERM and
+        SIGKILL, and wait until it is gone.
+        """
+        killed = []
+        if workers:
+            _signal_each(workers, signal.SIGTERM)
+            deadline = time.monotonic() + TERMINATE_GRACE
+            while (alive := set(workers) & set(live_group_members(self.pid))) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            killed = sorted(alive)
+            _signal_each(killed, signal.SIGKILL)
         for signum, wait in ((signal.SIGTERM, TERMINATE_GRACE), (signal.SIGKILL, KILL_WAIT)):
             _signal_group(self.pid, signum)
             deadline = time.monotonic() + wait
             while not self._gone() and time.monotonic() < deadline:
                 time.sleep(0.02)
             if self._gone():
-                return
+                break
+        return killed
 
     def close(self) -> None:
         """Remove the run's directories and close the pipe."""
@@ -145,6 +163,14 @@ def live_group_members(pgid: int) -> list[int]:
         if int(pgrp) == pgid and state not in ("Z", "X"):
             members.append(int(stat.parent.name))
     return members
+
+
+def _signal_each(pids: Collection[int], signum: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
 
 
 def _signal_group(pgid: int, signum: int) -> None:

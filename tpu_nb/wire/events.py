@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .stacks import StackReport
+
 
 @dataclass(frozen=True, slots=True)
 class WorkerStarted:
@@ -18,6 +20,7 @@ class WorkerStarted:
     world_size: int
     pid: int
     device: str
+    thread: int = 0  # the rank's thread (threading.get_ident()), which names it in its process's stack dumps
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +131,25 @@ class History:
 
 
 @dataclass(frozen=True, slots=True)
+class Stalled:
+    """The watchdog: this rank has not moved for longer than its threshold (said once per stall)."""
+
+    rank: int
+    step: int | None
+    seconds: float  # since it last moved
+    threshold: float
+    compiling: float | None  # seconds an XLA compilation has been running in its process, if one is
+
+
+@dataclass(frozen=True, slots=True)
+class ChipFigures:
+    """What a rank's TPU chip is doing, from libtpu's runtime metrics (made in the kernel, where tpu-info reads them)."""
+
+    rank: int
+    text: str  # "TensorCore 97% · HBM 12.1/16.0 GiB", or why there are no figures
+
+
+@dataclass(frozen=True, slots=True)
 class Notice:
     """Something tpu_nb changed or noticed in a worker, said once."""
 
@@ -146,5 +168,8 @@ Event = (
     | Stopping
     | CheckpointSaved
     | History
+    | Stalled
+    | StackReport
+    | ChipFigures
     | Notice
 )

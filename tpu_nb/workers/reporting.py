@@ -13,7 +13,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from tpu_nb.wire.events import Heartbeat, Notice, Progress, Stopping
+from tpu_nb.wire.events import Heartbeat, Notice, Progress, Stalled, Stopping
+
+from .watchdog import Activity
 
 if TYPE_CHECKING:
     from tpu_nb.wire.channel import EventSink
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from tpu_nb.workers.checkpointing import Checkpointer
 
     from .doctor.probe import Checkup, WorkerDoctor
+    from .watchdog import StepWatchdog
 
 REPORT_INTERVAL = 0.25  # seconds between Progress events: at most 4 a second
 HEARTBEAT_INTERVAL = 1.0  # seconds between each rank's Heartbeat
@@ -53,6 +56,9 @@ class WorkerReporter:
         self.own_reads = 0  # device values tpu_nb itself read (report()'s lazy loss), which the doctor discounts
         self.history: list[tuple[int | None, dict[str, float]]] = []  # what rank 0 sent: a checkpoint keeps the curve
         self.checkpointer: Checkpointer | None = None  # with --checkpoint: this process's checkpoints
+        self.watchdog: StepWatchdog | None = None  # set before the user's code runs, unless --watchdog off
+        self.ticks: dict[int, int] = {}  # step() calls per rank: an evaluation moves without changing the step
+        self.left: set[int] = set()  # ranks whose user code has returned or raised: the watchdog no longer waits for them
         self._heartbeat = threading.Thread(target=self._beat, name="tpu_nb-heartbeat", daemon=True)
 
     def enter(self, rank: int, world_size: int) -> None:
@@ -65,6 +71,10 @@ class WorkerReporter:
             if not self._heartbeat.is_alive():
                 self._heartbeat.start()
 
+    def leave(self, rank: int) -> None:
+        """Called by a device's thread when the user's code has returned or raised."""
+        self.left.add(rank)
+
     @property
     def rank(self) -> int:
         return self._ranks.rank  # type: ignore[no-any-return]
@@ -75,6 +85,7 @@ class WorkerReporter:
         if step is not None:
             self.steps[rank] = step
         self.phases[rank] = phase
+        self.ticks[rank] = self.ticks.get(rank, 0) + 1
 
     def should_stop(self, step: int | None) -> bool:
         """At a step boundary: has a graceful stop reached this rank's step?
@@ -132,6 +143,21 @@ class WorkerReporter:
                 self.writer.send(Heartbeat(rank, step, phase, count, seconds, causes, checkup.memory, checkup.cache))
             for diagnosis in checkup.diagnoses if checkup is not None else ():
                 self.writer.send(diagnosis)
+            for stall in self._watch(count):
+                self.writer.send(stall)
+
+    def _watch(self, compiles_finished: int) -> list[Stalled]:
+        """Ranks that stopped moving (the watchdog reads what the heartbeat has read anyway)."""
+        watchdog = self.watchdog
+        if watchdog is None:
+            return []
+        import torch_xla.debug.metrics as met
+
+        started = met.counter_value("UncachedCompile") or 0
+        finished = compiles_finished + (met.counter_value("PersistentCacheHit") or 0)
+        # A rank stopping gracefully waits for the others at the stop step: not a stall.
+        done = frozenset(self.left) | frozenset(rank for rank, phase in list(self.phases.items()) if phase == "stopping")
+        return watchdog.observe(Activity(dict(self.steps), dict(self.ticks), finished, started), done)
 
     def final_checkup(self) -> None:
         """The doctor's last look when the user's code returns, so a short run's findings reach the summary."""

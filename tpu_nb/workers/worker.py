@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tpu_nb.wire.channel import EventSink
 from tpu_nb.wire.checkpoints import CheckpointPlan
 from tpu_nb.wire.events import WorkerFinished, WorkerRaised, WorkerStarted
 from tpu_nb.wire.mesh import MeshShape
 from tpu_nb.wire.results import ExceptionReport, ResultPlaces, save_exception, save_result
+from tpu_nb.wire.stacks import WatchdogSetting
 from tpu_nb.wire.stop_request import StopRequest
 
 from . import checkpointing, reporting
@@ -24,6 +25,7 @@ from .programs import Program, WorkerContext
 from .read_back import materialise_pending
 from .tracebacks import format_user_traceback
 from .trainer_hook import watch_for_trainer
+from .watchdog import StepWatchdog, arm_stack_dumps
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,7 @@ class WorkerPayload:
     doctor: bool = True  # the XLA doctor: compilation analysis, counters, input waits
     compile_cache: str | None = None  # XLA's persistent compilation cache directory
     checkpoints: CheckpointPlan | None = None  # --checkpoint: where and how often, and what to resume from
+    watchdog: WatchdogSetting | None = field(default_factory=WatchdogSetting)  # None: --watchdog off
 
 
 PAYLOAD: WorkerPayload | None = None
@@ -92,17 +95,19 @@ def _run(payload: WorkerPayload, context: WorkerContext, workers: int, device_la
     capture_output(payload.writer)
     reporter = _reporter_for(payload, context)
     reporter.enter(rank, workers)
-    _start_doctor(payload, reporter, context)
-    payload.writer.send(WorkerStarted(rank, workers, os.getpid(), device_label))
+    _prepare_process(payload, reporter, context)
+    payload.writer.send(WorkerStarted(rank, workers, os.getpid(), device_label, threading.get_ident()))
     try:
         result = payload.program.run(context)
     except BaseException as error:  # noqa: BLE001 - everything the user's code raises goes to the kernel
+        reporter.leave(rank)
         report = ExceptionReport.of(rank, workers, error, format_user_traceback(error))
         save_exception(report, payload.places.run_dir)
         _finish_checkpoints(reporter)  # one being written was of a good step: kept
         flush_output()
         payload.writer.send(WorkerRaised(rank, f"{report.type_name}: {report.message}"[:500]))
         return
+    reporter.leave(rank)
     reporter.flush()
     if reporter.checkpointer is not None and rank == 0:
         reporter.checkpointer.save_last(reporter.history)  # a loop that ran to its end: its final state
@@ -121,13 +126,17 @@ def _finish_checkpoints(reporter: reporting.WorkerReporter) -> None:
         reporter.checkpointer.wait()
 
 
-def _start_doctor(payload: WorkerPayload, reporter: reporting.WorkerReporter, context: WorkerContext) -> None:
-    """Before the user's code computes anything: the compilation cache, then the XLA doctor (once per process)."""
+def _prepare_process(payload: WorkerPayload, reporter: reporting.WorkerReporter, context: WorkerContext) -> None:
+    """Once per process, before the user's code computes anything: stack dumps, the watchdog, the compilation cache, the XLA doctor."""
     global _doctor_started
     with _setup_lock:
         if _doctor_started:  # TPU v2/v3: another device thread of this process got here first
             return
         _doctor_started = True
+        # Before the user's code: a rank that never reaches a step can still be asked where it is.
+        arm_stack_dumps(payload.places.run_dir, os.getpid())
+        if payload.watchdog is not None:
+            reporter.watchdog = StepWatchdog(payload.watchdog)
         cache_on = False
         if payload.compile_cache is not None:
             note = start_compile_cache(payload.compile_cache, context.rank)

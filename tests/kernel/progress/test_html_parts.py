@@ -52,3 +52,27 @@ def test_a_pod_runs_worker_rows_are_hosts() -> None:
     table = workers_html(progress.snapshot())
     assert re.findall(r"<th[^>]*>([^<]*)</th>", table)[0] == "Host"
     assert [row[0] for row in (re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table)[1:])] == ["0", "1"]
+
+
+def test_the_watchdog_s_report_shows_verdict_fix_each_rank_and_the_whole_stacks_a_click_away() -> None:
+    from tpu_nb.kernel.progress.html_parts import stall_html
+    from tpu_nb.wire.stacks import RankPlace, StackReport
+
+    assert stall_html(None) == ""
+    place = RankPlace(1, 42, 19, "In [3], line 10: time.sleep(600)", None, ("In [3], line 10: time.sleep(600)",), ("thread 0x8: x",))
+    waiting = RankPlace(
+        0, 41, 20, "In [3], line 7: xm.optimizer_step(o)", "torch/distributed/distributed_c10d.py, line 2942, in all_reduce", ()
+    )
+    report = StackReport(
+        "rank 1's step has not moved for 5s",
+        (waiting, place),
+        "Rank 0 waits <here>.",
+        "Do & this.",
+        ("pid 9: gone",),
+        "rank 0: TensorCore 2%",
+    )
+    shown = stall_html(report)
+    assert "Where are they?</strong> Rank 0 waits &lt;here&gt;." in shown and "Fix: Do &amp; this." in shown
+    assert "<code>In [3], line 10: time.sleep(600)</code>" in shown and "waiting in <code>torch/distributed/" in shown
+    assert "no stacks from pid 9: gone" in shown and "Chips: rank 0: TensorCore 2%" in shown
+    assert '<details class="tpu-nb-stacks">' in shown and "other thread: thread 0x8: x" in shown

@@ -208,3 +208,33 @@ def test_the_newest_checkpoint_is_shown_and_a_failed_check_stays_in_the_notices(
     assert snapshot.notices == (
         "the checkpoint at step 100 failed its check: its weights equal the starting weights; the previous verified one is kept",
     )
+
+
+def test_chip_figures_go_on_their_rank_s_row_without_counting_as_a_word_from_it(progress: ProgressState, clock: FakeClock) -> None:
+    from tpu_nb.kernel.progress.html_parts import workers_html
+    from tpu_nb.wire.events import ChipFigures
+
+    progress.on_event(WorkerStarted(0, 2, 100, "xla:0"))
+    progress.on_event(WorkerStarted(1, 2, 101, "xla:1"))
+    assert "Chip" not in workers_html(progress.snapshot())
+    clock.advance(40.0)
+    progress.on_event(ChipFigures(1, "TensorCore 97% · HBM 12.1/16.0 GiB"))
+    progress.on_event(ChipFigures(5, "a rank never started: ignored"))
+    rows = progress.snapshot().workers
+    assert [row.chip for row in rows] == [None, "TensorCore 97% · HBM 12.1/16.0 GiB"]
+    assert all(row.stale for row in rows)  # 40 s without a word from either worker
+    assert "<th" in workers_html(progress.snapshot()) and "Chip" in workers_html(progress.snapshot())
+    assert "TensorCore 97% · HBM 12.1/16.0 GiB" in workers_html(progress.snapshot())
+
+
+def test_the_watchdog_s_report_stays_until_a_rank_in_it_moves(progress: ProgressState, clock: FakeClock) -> None:
+    from tpu_nb.wire.stacks import RankPlace, StackReport
+
+    progress.on_event(WorkerStarted(0, 1, 100, "xla:0"))
+    report = StackReport("rank 0's step has not moved for 61s", (RankPlace(0, 100, 7, "In [3], line 4: q.get()", None, ()),), "v", "f")
+    progress.on_event(report)
+    progress.on_event(Heartbeat(0, 7, "train", 1, 1.0))
+    assert progress.snapshot().stall is report
+    progress.on_event(Heartbeat(0, 8, "train", 1, 1.0))
+    assert progress.snapshot().stall is None
+    assert "rank 0 moved again (step 8) after the watchdog's report" in progress.snapshot().notices

@@ -93,3 +93,17 @@ def test_default_stream_is_stderr_at_construction(capsys: pytest.CaptureFixture[
 )
 def test_format_duration(seconds: float, expected: str) -> None:
     assert format_duration(seconds) == expected
+
+
+def test_the_watchdog_s_report_is_written_at_once(clock: FakeClock) -> None:
+    from tpu_nb.wire.stacks import RankPlace, StackReport
+
+    stream = io.StringIO()
+    text = TextProgress(ProgressState("run", "CPU", 1, clock=clock), stream=stream, min_interval=60.0)
+    text.on_event(WorkerStarted(0, 1, 100, "xla:0"))
+    text.on_event(StackReport("asked", (RankPlace(0, 100, 3, "In [2], line 4: q.get()", "threading.py, line 1, in wait", ()),), "V.", "F."))
+    written = stream.getvalue()
+    assert (
+        "tpu_nb watchdog: V.\n  Fix: F.\n  (asked)\nrank 0 at step 3 (pid 100): In [2], line 4: q.get()\n    waiting in threading.py"
+        in written
+    )

@@ -26,11 +26,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO
 
+from IPython.core.error import UsageError
+
 from tpu_nb.wire.events import Heartbeat, Output, Progress, Stopping, WorkerStarted
 from tpu_nb.wire.host_lines import MAX_LINE_BYTES, HostEnded, decode
 from tpu_nb.wire.limits import cap_text
 from tpu_nb.wire.results import ExceptionReport, ResultNotLoaded, load_result
 from tpu_nb.wire.run_directory import RunDirectory
+from tpu_nb.wire.stacks import StackReport
 
 from ..endings import Died, Ending, Outcome, Raised, Stopped, Succeeded, ending_of
 from ..errors import LaunchRefused
@@ -122,6 +125,14 @@ class PodRun(FollowedRun):
         self._origins: dict[str, int] = {}  # a host's train.py ("hostname:pid") -> its row
         self._stopping_step: int | None = None
         self._stream_ended_at: float | None = None
+
+    def stacks(self) -> StackReport:
+        # The hosts' workers arm their stack dumps, but nothing yet carries a request to them and their answers back.
+        raise UsageError(
+            "run.stacks() is not available for pod runs yet; the watchdog's stalls still show on the dashboard. "
+            "To see a host's stacks now, ssh to it and send SIGUSR2 to its worker processes (kill -USR2 PID): each writes every "
+            "thread's stack to stacks-PID.txt in the run's results directory on that host."
+        )
 
     @property
     def stopping_note(self) -> str:
@@ -241,7 +252,7 @@ class PodRun(FollowedRun):
             if host not in self._hosts_started:
                 self._hosts_started.add(host)
                 self._deliver(WorkerStarted(host, self.run.hosts, event.pid, event.device))
-        else:
+        elif not isinstance(event, StackReport):  # a report is made in the kernel: host lines never carry one
             if isinstance(event, Stopping) and host == 0:
                 self._stopping_step = event.step
             if isinstance(event, Heartbeat) and event.step is not None and event.step >= self._furthest.get(host, (0.0, -1))[1]:

@@ -39,6 +39,7 @@ from .html_parts import (
     notices_html,
     phase_colour,
     pill,
+    stall_html,
     table_html,
     workers_html,
 )
@@ -72,6 +73,7 @@ class Dashboard:
         self.table = widgets.HTML()
         self.history = widgets.HTML()
         self.health = widgets.HTML()
+        self.stall = widgets.HTML()  # where every rank is, when the watchdog spoke
         self.worker_rows = widgets.HTML()  # workers and the XLA details, in a <details> that opens on problems
         self.notices = widgets.HTML()
         values = widgets.VBox([self.table, self.history], layout=widgets.Layout(flex="1 1 280px", margin="0 0 0 12px"))
@@ -81,6 +83,7 @@ class Dashboard:
                 widgets.HBox([self.progress_bar, self.step_label]),
                 self.detail,
                 widgets.HBox([self.chart, values], layout=widgets.Layout(flex_flow="row wrap", align_items="flex-start")),
+                self.stall,
                 self.health,
                 self.worker_rows,
                 self.notices,
@@ -94,6 +97,7 @@ class Dashboard:
         self._charted_row: MetricRow | None = None  # the newest history row drawn / tabled so far
         self._tabled_row: MetricRow | None = None
         self._chart_failed = False
+        self._shown_stall: object = None
         self._shown = False
         self._handle: ipython_display.DisplayHandle | None = None  # None until shown, and outside IPython
         self._refresh_text(progress.snapshot())
@@ -156,6 +160,9 @@ class Dashboard:
         else:
             self.detail.value = ""
         self.health.value = health_line_html(snapshot) + checkpoint_html(snapshot)
+        if snapshot.stall is not self._shown_stall:  # redrawn only when it changes: its whole stacks may be opened
+            self._shown_stall = snapshot.stall
+            self.stall.value = stall_html(snapshot.stall)
         self.notices.value = notices_html(snapshot.notices)
         newest = snapshot.history[-1] if snapshot.history else None
         if newest is not self._tabled_row:

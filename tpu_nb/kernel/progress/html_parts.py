@@ -10,6 +10,8 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
+from tpu_nb.wire.stacks import StackReport
+
 from .snapshot import EVAL_PREFIX, TRAINING_LOSS, VALIDATION_LOSS, ProgressSnapshot
 from .text import HealthLevel, format_bytes, format_duration, format_value, health, health_brief
 
@@ -111,6 +113,7 @@ def workers_html(snapshot: ProgressSnapshot) -> str:
     if not snapshot.workers:
         return ""
     with_memory = any(worker.memory is not None for worker in snapshot.workers)
+    with_chip = any(worker.chip is not None for worker in snapshot.workers)
     labels = [
         snapshot.worker_noun.capitalize(),
         "Device",
@@ -119,6 +122,7 @@ def workers_html(snapshot: ProgressSnapshot) -> str:
         "Last heard",
         "Compilations",
         *(["Memory"] if with_memory else []),
+        *(["Chip"] if with_chip else []),
     ]
     header = "".join(f'<th style="{_LEFT_CELL}">{label}</th>' for label in labels)
     rows = []
@@ -134,6 +138,8 @@ def workers_html(snapshot: ProgressSnapshot) -> str:
         ]
         if with_memory:
             cells.append(html.escape(_memory(worker.memory)))
+        if with_chip:
+            cells.append(html.escape(worker.chip or "—"))
         rows.append("<tr>" + "".join(f'<td style="{_LEFT_CELL}">{cell}</td>' for cell in cells) + "</tr>")
     return (
         '<table class="tpu-nb-workers" style="border-collapse:collapse;font-size:85%">'
@@ -155,6 +161,36 @@ def doctor_html(snapshot: ProgressSnapshot) -> str:
         )
     marker = f"border-left:4px solid {HEALTH_COLOURS['warning']};padding-left:8px"
     return f'<ul class="tpu-nb-doctor" style="margin:2px 0;{marker};list-style-position:inside">{"".join(items)}</ul>'
+
+
+def stall_html(report: StackReport | None) -> str:
+    """Where every rank is, when the watchdog spoke: the verdict and fix first, then each rank's line, then the whole stacks."""
+    if report is None:
+        return ""
+    rows = []
+    for place in report.ranks:
+        step = "—" if place.step is None else str(place.step)
+        waits = f"<br><small>waiting in <code>{html.escape(place.waits_in)}</code></small>" if place.waits_in else ""
+        rows.append(
+            f'<tr><td style="{_LEFT_CELL}">{place.rank}</td><td style="{_LEFT_CELL}">{step}</td>'
+            f'<td style="{_LEFT_CELL}"><code>{html.escape(place.where or "not in your code")}</code>{waits}</td></tr>'
+        )
+    unanswered = "".join(f"<li>no stacks from {html.escape(text)}</li>" for text in report.unanswered)
+    chips = f"<br>Chips: {html.escape(report.chips)}" if report.chips else ""
+    table = (
+        '<table class="tpu-nb-stall-ranks" style="border-collapse:collapse;font-size:85%">'
+        f'<thead><tr><th style="{_LEFT_CELL}">Rank</th><th style="{_LEFT_CELL}">Step</th><th style="{_LEFT_CELL}">Where</th></tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+    stacks = details_html(
+        "Every rank's whole stack", f'<pre style="font-size:80%">{html.escape(report.full_stacks())}</pre>', False, "tpu-nb-stacks"
+    )
+    marker = f"border-left:4px solid {PHASE_COLOURS['failed']};padding-left:8px;margin:4px 0"
+    return (
+        f'<div class="tpu-nb-stall" style="{marker}"><strong>Where are they?</strong> {html.escape(report.verdict)}'
+        f"<br>Fix: {html.escape(report.fix)}<br><small>{html.escape(report.reason)}</small>{chips}"
+        f"{table}{'<ul>' + unanswered + '</ul>' if unanswered else ''}{stacks}</div>"
+    )
 
 
 def needs_attention(snapshot: ProgressSnapshot) -> bool:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tpu_nb.wire.events import Diagnosis
+from tpu_nb.wire.stacks import StackReport
 
 from ..status import RUN_STATUSES
 from .recompilation import RecompilationWarning
@@ -46,6 +47,7 @@ class WorkerRow:
     failure: str | None
     memory: tuple[int, int] | None = None  # device bytes (used, limit), where the device reports them
     cache: tuple[int, int] | None = None  # persistent compilation cache (hits, misses)
+    chip: str | None = None  # its TPU chip's duty cycle and HBM, where libtpu's metrics can be read
 
     @property
     def stale(self) -> bool:
@@ -78,6 +80,7 @@ class ProgressSnapshot:
     diagnoses: tuple[Diagnosis, ...] = ()  # the XLA doctor's findings, one per kind and place
     worker_noun: str = "rank"  # what a worker row stands for: a rank, or a pod run's host
     checkpoint: str | None = None  # the newest checkpoint, e.g. "checkpoint at step 500 verified (12.3 MB, 0.8s)"
+    stall: StackReport | None = None  # where every rank was when the watchdog spoke, until they move again
 
     @property
     def memory(self) -> tuple[int, int] | None:

@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from tpu_nb.wire.events import (
     CheckpointSaved,
+    ChipFigures,
     Diagnosis,
     Event,
     Heartbeat,
@@ -25,6 +26,7 @@ from tpu_nb.wire.events import (
     WorkerStarted,
 )
 from tpu_nb.wire.results import format_bytes
+from tpu_nb.wire.stacks import StackReport
 
 from ..status import RUN_STATUSES, RunStatus
 from .recompilation import EVAL_PHASE, RecompilationJudge
@@ -81,6 +83,7 @@ class ProgressState:
         self._checkpoint: str | None = None
         self._resumed_rows = 0
         self._compiles = RecompilationJudge()
+        self._stall: StackReport | None = None  # the watchdog's report, until the ranks in it move again
 
     def on_event(self, event: Event) -> None:
         """Take in one worker event (the kernel calls this in order, from one thread)."""
@@ -95,6 +98,12 @@ class ProgressState:
             self._on_checkpoint(event)
         if isinstance(event, History):
             self._on_history(event)
+        if isinstance(event, StackReport):
+            self._stall = event
+        if isinstance(event, ChipFigures):  # read in the kernel: it says nothing of whether the worker is alive
+            if event.rank in self._workers:
+                self._workers[event.rank].chip = event.text
+            return
         rank = getattr(event, "rank", None)
         if rank is None:
             return
@@ -115,6 +124,7 @@ class ProgressState:
             worker.failure = event.summary
         elif isinstance(event, Heartbeat):
             self._on_heartbeat(event, worker, now)
+
         elif isinstance(event, Progress):
             if event.step is not None:
                 worker.step = event.step  # fresher than its last heartbeat
@@ -157,9 +167,13 @@ class ProgressState:
             diagnoses=tuple(self._diagnoses.values()),
             worker_noun=self.worker_noun,
             checkpoint=self._checkpoint,
+            stall=self._stall,
         )
 
     def _on_heartbeat(self, event: Heartbeat, worker: _Worker, now: float) -> None:
+        if self._stall is not None and _moved_since(self._stall, event.rank, event.step):
+            self._notices.setdefault(f"rank {event.rank} moved again (step {event.step}) after the watchdog's report", None)
+            self._stall = None
         worker.step = event.step
         if worker.phase not in ("finished", "failed"):  # a heartbeat can trail the end
             worker.phase = event.phase
@@ -274,6 +288,7 @@ class _Worker:
         self.failure: str | None = None
         self.memory: tuple[int, int] | None = None
         self.cache: tuple[int, int] | None = None
+        self.chip: str | None = None
 
     def row(self, rank: int, now: float) -> WorkerRow:
         return WorkerRow(
@@ -287,7 +302,13 @@ class _Worker:
             failure=self.failure,
             memory=self.memory,
             cache=self.cache,
+            chip=self.chip,
         )
+
+
+def _moved_since(report: StackReport, rank: int, step: int | None) -> bool:
+    """True when `rank` is at another step than the report found it at."""
+    return any(place.rank == rank and place.step != step and step is not None for place in report.ranks)
 
 
 def _is_number(value: object) -> bool:

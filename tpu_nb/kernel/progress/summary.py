@@ -22,6 +22,7 @@ from .html_parts import (
     notices_html,
     phase_colour,
     pill,
+    stall_html,
     table_html,
     workers_html,
 )
@@ -66,6 +67,7 @@ def render_summary(snapshot: ProgressSnapshot) -> tuple[str, bytes | None]:
         side_by_side.append(f'<div style="flex:1 1 280px">{values}</div>')
     if side_by_side:
         parts.append(f'<div style="display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start">{"".join(side_by_side)}</div>')
+    parts.append(stall_html(snapshot.stall))  # a run stopped while it was stuck: where it was stays in the notebook
     parts.append(health_line_html(snapshot) + checkpoint_html(snapshot))
     details = workers_html(snapshot) + health_html(snapshot) + doctor_html(snapshot)
     parts += [details_html("Workers and XLA", details, needs_attention(snapshot), "tpu-nb-details"), notices_html(snapshot.notices)]
@@ -92,6 +94,8 @@ def summary_text(snapshot: ProgressSnapshot) -> str:
     lines = [final_line(snapshot)]
     if snapshot.detail:
         lines.append(snapshot.detail)
+    if snapshot.stall is not None:
+        lines.append(f"Where were they? {snapshot.stall}")
     lines.append(health(snapshot)[1])
     if snapshot.checkpoint is not None:
         lines.append(snapshot.checkpoint)

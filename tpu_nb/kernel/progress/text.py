@@ -10,6 +10,7 @@ import sys
 from typing import Literal, TextIO
 
 from tpu_nb.wire.events import Diagnosis, Event
+from tpu_nb.wire.stacks import StackReport
 
 from ..status import RunStatus
 from .recompilation import WARMUP_STEPS
@@ -37,6 +38,9 @@ class TextProgress:
 
     def on_event(self, event: Event) -> None:
         self.progress.on_event(event)
+        if isinstance(event, StackReport):  # said at once, not at the next status line
+            self._write(f"tpu_nb watchdog: {event}")
+            return
         now = self.progress.clock()
         if self._line_written_at is not None and now - self._line_written_at < self.min_interval:
             return
