@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from support.kernel import Kernel, errors_of, text_of
+from support.kernel import Kernel, errors_of, summary_of, text_of
 
 LOOP = """%%tpu_train
 layer = torch.nn.Linear(8, 2).to(device)
@@ -17,13 +17,6 @@ for step in range(1, 61):
     report(step=step, loss=loss, max_steps=60)
     time.sleep(0.05)
 """
-
-
-def summary_of(cell: object) -> dict[str, str]:
-    [summary] = [
-        output.data for output in cell.outputs if "text/html" in output.get("data", {}) and "tpu-nb-summary" in output.data["text/html"]
-    ]  # type: ignore[attr-defined]
-    return summary  # type: ignore[no-any-return]
 
 
 def test_a_per_step_item_is_named_by_its_cell_line_live_and_in_the_summary(kernel: Kernel) -> None:

@@ -184,8 +184,15 @@ def test_launch_in_the_background_gets_the_same_buttons_and_output_area(kernel: 
     started = kernel.run("handle = tpu_nb.launch(train, 100000, background=True)\nhandle", allow_errors=False)
     assert "<tpu_nb run 'train': running>" in text_of(started)
     buttons = {state["description"]: state for state in widgets(kernel, "ButtonModel")}
-    assert set(buttons) == {"Stop", "Kill"} and not buttons["Stop"]["disabled"]
+    assert set(buttons) == {"Stop", "Kill", "Where are they?"} and not buttons["Stop"]["disabled"]
     assert wait_until(lambda: "True" in text_of(kernel.run("print(len(handle.metrics) > 3)")), timeout=60)
+    kernel.run(
+        "where = [w for w in __import__('ipywidgets').Widget.widgets.values() if getattr(w, 'description', '') == 'Where are they?']\n"
+        "where[-1].click()"
+    )
+    [area] = widgets(kernel, "OutputModel")
+    answer = "".join(output.get("text", "") for output in area["outputs"])
+    assert "Where are they? " in answer and "rank 0 at step" in answer and "(asked for)" in answer, answer
     kernel.run(
         "stop = [w for w in __import__('ipywidgets').Widget.widgets.values() if getattr(w, 'description', '') == 'Stop']\nstop[-1].click()"
     )
@@ -196,7 +203,7 @@ def test_launch_in_the_background_gets_the_same_buttons_and_output_area(kernel: 
     [area] = widgets(kernel, "OutputModel")
     assert "tpu_nb: run `train` ended: stopped by user at step" in "".join(output.get("text", "") for output in area["outputs"])
     buttons = {state["description"]: state for state in widgets(kernel, "ButtonModel")}
-    assert buttons["Stop"]["disabled"] and buttons["Kill"]["disabled"]
+    assert buttons["Stop"]["disabled"] and buttons["Kill"]["disabled"] and buttons["Where are they?"]["disabled"]
     assert not descendants(kernel.pid)
 
 

@@ -97,3 +97,11 @@ def plain(text: str) -> str:
 
 def errors_of(cell: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
     return [output for output in cell.get("outputs", []) if output.output_type == "error"]
+
+
+def summary_of(cell: nbformat.NotebookNode) -> dict[str, str]:
+    """The bundle of the run's end-of-run summary (the dashboard's place) in an executed cell."""
+    [summary] = [
+        output.data for output in cell.outputs if "text/html" in output.get("data", {}) and "tpu-nb-summary" in output.data["text/html"]
+    ]
+    return summary  # type: ignore[no-any-return]
