@@ -10,15 +10,27 @@ from pathlib import Path
 from support.processes import wait_until
 
 from tpu_nb.wire.mesh import MeshShape
+from tpu_nb.wire.stacks import WatchdogSetting
 from tpu_nb.wire.run_directory import GROUP_FILE, Manifest, download_results, kill_shell, read_stop, stop_shell, upload, write_group
 
 
 def test_the_manifest_reads_back_as_written(tmp_path: Path) -> None:
-    manifest = Manifest(
-        "run-1", 2, 8, ("model",), MeshShape.parse("fsdp=8"), True, None, "gs://b/run-1", "3.13.5", {"torch": "2.9.0+cpu", "peft": None}
-    )
-    manifest.write(tmp_path)
-    assert Manifest.read(tmp_path) == manifest
+    for watchdog in (WatchdogSetting(), WatchdogSetting(90.0), None):  # learned, fixed, off
+        manifest = Manifest(
+            "run-1",
+            2,
+            8,
+            ("model",),
+            MeshShape.parse("fsdp=8"),
+            True,
+            None,
+            watchdog,
+            "gs://b/run-1",
+            "3.13.5",
+            {"torch": "2.9.0+cpu", "peft": None},
+        )
+        manifest.write(tmp_path)
+        assert Manifest.read(tmp_path) == manifest
 
 
 def test_a_stop_written_by_the_shell_text_is_read_by_the_host(tmp_path: Path) -> None:

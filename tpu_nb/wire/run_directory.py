@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .mesh import MeshShape
+from .stacks import WatchdogSetting
 
 TRAIN_SCRIPT = "train.py"
 MANIFEST = "manifest.json"
@@ -71,6 +72,7 @@ class Manifest:
     mesh: MeshShape | None  # an SPMD run's mesh
     doctor: bool
     compile_cache: str | None
+    watchdog: WatchdogSetting | None  # None: --watchdog off
     run_url: str | None
     python: str
     packages: dict[str, str | None]  # the notebook's versions
@@ -87,6 +89,7 @@ class Manifest:
                 "mesh": None if self.mesh is None else str(self.mesh),
                 "doctor": self.doctor,
                 "compile_cache": self.compile_cache,
+                "watchdog": "off" if self.watchdog is None else self.watchdog.seconds,  # null: learned from the run
                 "run_url": self.run_url,
             },
             "notebook": {"python": self.python, "packages": self.packages},
@@ -105,6 +108,7 @@ class Manifest:
             mesh=None if run["mesh"] is None else MeshShape.parse(run["mesh"]),
             doctor=bool(run["doctor"]),
             compile_cache=run["compile_cache"],
+            watchdog=None if run["watchdog"] == "off" else WatchdogSetting(run["watchdog"]),
             run_url=run["run_url"],
             python=str(notebook["python"]),
             packages=dict(notebook["packages"]),

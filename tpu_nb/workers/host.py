@@ -96,7 +96,9 @@ def _run_host(run_dir: Path, writer: LineWriter, namespace: dict[str, Any], prep
     results = run_dir / RESULTS
     results.mkdir(exist_ok=True)
     report = spawn_workers(
-        WorkerPayload(program, writer, stop_request, ResultPlaces(results), False, plan.mesh, plan.doctor, plan.compile_cache)
+        WorkerPayload(
+            program, writer, stop_request, ResultPlaces(results), False, plan.mesh, plan.doctor, plan.compile_cache, watchdog=plan.watchdog
+        )
     )
     flush_output()
     raised = load_exceptions(results)

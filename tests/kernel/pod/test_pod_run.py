@@ -8,9 +8,11 @@ host, and that nothing is left running.
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -27,8 +29,9 @@ from tpu_nb.kernel.output import Write
 from tpu_nb.kernel.pod.backends.tpu_vm import TpuVmSlice
 from tpu_nb.kernel.pod.pod_run import PodRun
 from tpu_nb.kernel.pod.program import PodProgram, write_run_directory
-from tpu_nb.wire.events import Event, Heartbeat, Output, Progress, Stopping, WorkerStarted
+from tpu_nb.wire.events import Event, Heartbeat, Output, Progress, Stalled, Stopping, WorkerStarted
 from tpu_nb.wire.run_directory import Cell
+from tpu_nb.wire.stacks import StackReport, WatchdogSetting
 
 PREPARE = """\
 import os, time
@@ -108,9 +111,16 @@ class Events:
 
 
 def start_run(
-    pod: SimulatedSlice, tmp_path: Path, train: str, events: Events, python: str = "python3", write: Write = lambda stream, text: None
+    pod: SimulatedSlice,
+    tmp_path: Path,
+    train: str,
+    events: Events,
+    python: str = "python3",
+    write: Write = lambda stream, text: None,
+    watchdog: WatchdogSetting | None = None,
 ) -> PodRun:
-    program = PodProgram((Cell("In [1]", "%%tpu_prepare", PREPARE),), Cell("In [2]", "%%tpu_train --pod my-slice", train), ("model",))
+    cells = (Cell("In [1]", "%%tpu_prepare", PREPARE),), Cell("In [2]", "%%tpu_train --pod my-slice", train)
+    program = PodProgram(*cells, ("model",)) if watchdog is None else PodProgram(*cells, ("model",), watchdog=watchdog)
     vm = TpuVmSlice(pod.name, python=python)
     run_dir = write_run_directory(program, tmp_path / "runs" / "run-1", "run-1", hosts=2, devices=8)
     TpuVmSlice(pod.name).host_versions()  # makes ~/tpu_nb_runs on each host, as the preflight does
@@ -172,6 +182,25 @@ def test_a_failure_on_host_1_fails_the_run_with_its_traceback_and_ends_every_hos
     assert "ValueError: bad shard on this host" in rendered
     assert "(raised on host 1 (rank 0 of 1); every host was stopped)" in rendered
     assert any("kill -TERM" in " ".join(call) for call in pod.calls())
+    assert wait_until(lambda: pod.live_processes() == [], 10), pod.live_processes()
+
+
+def test_a_host_whose_rank_stops_moving_is_named_by_the_watchdog_with_how_to_see_its_stacks(pod: SimulatedSlice, tmp_path: Path) -> None:
+    events = Events()
+    asleep = TRAIN.replace('raise ValueError("bad shard on this host")', "time.sleep(600)")
+    run = start_run(pod, tmp_path, asleep.format(steps=100_000, pause=0.05, failing_host="1"), events, watchdog=WatchdogSetting(3.0))
+    try:
+        deadline = time.monotonic() + 120
+        while not events.of(StackReport) and time.monotonic() < deadline:
+            run.poll()
+        run.request_kill()
+        follow(run)
+    finally:
+        run.close()
+    [report] = events.of(StackReport)  # host 1's stall, said once
+    assert re.fullmatch(r"On host 1, rank 0 at step 2 has not moved for [3-6]s\.", report.verdict), report.verdict
+    assert "kill -USR2 PID" in report.fix and report.reason == "the watchdog waits 3s; --watchdog sets it"
+    assert [stall.rank for stall in events.of(Stalled)] == [1]  # on host 1's row
     assert wait_until(lambda: pod.live_processes() == [], 10), pod.live_processes()
 
 

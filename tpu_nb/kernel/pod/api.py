@@ -62,6 +62,7 @@ def launch_function(
         options.mesh,
         options.doctor,
         options.compile_cache,
+        options.watchdog,
     )
     ending = launch_pod(program, target, options, title)
     if not isinstance(ending, Ending):

@@ -40,7 +40,7 @@ def pod_program(
 ) -> PodProgram:
     """The program of a `%%tpu_train --pod` cell: the recorded cells, then this one."""
     train = Cell(name, f"%%tpu_train {line}".rstrip(), cell)
-    return PodProgram(prepared, train, return_names, options.spmd, options.mesh, options.doctor, options.compile_cache)
+    return PodProgram(prepared, train, return_names, options.spmd, options.mesh, options.doctor, options.compile_cache, options.watchdog)
 
 
 def check_names_recorded(prepared: Sequence[Cell], train: Cell, namespace: Mapping[str, Any]) -> None:

@@ -28,7 +28,7 @@ from typing import IO
 
 from IPython.core.error import UsageError
 
-from tpu_nb.wire.events import Heartbeat, Output, Progress, Stopping, WorkerStarted
+from tpu_nb.wire.events import Heartbeat, Output, Progress, Stalled, Stopping, WorkerStarted
 from tpu_nb.wire.host_lines import MAX_LINE_BYTES, HostEnded, decode
 from tpu_nb.wire.limits import cap_text
 from tpu_nb.wire.results import ExceptionReport, ResultNotLoaded, load_result
@@ -41,6 +41,7 @@ from ..followed_run import FollowedRun, RunObserver
 from ..options import LaunchOptions
 from ..output import OutputPrinter, Write, write_to_sys
 from ..progress.display import make_display
+from ..stalls.watch import HostStalls
 from .backends import commands
 from .backends.protocol import PodBackend
 from .reaper import Reaper
@@ -121,6 +122,7 @@ class PodRun(FollowedRun):
         self._raised: tuple[int, ExceptionReport] | None = None
         self._steps: deque[tuple[float, int]] = deque(maxlen=20)  # host 0's (time, step): the rate
         self._furthest: dict[int, tuple[float, int]] = {}  # host -> (time, step) of its furthest step heard
+        self._host_stalls = HostStalls()
         self._plain_lines: deque[str] = deque(maxlen=PLAIN_LINES_KEPT)
         self._origins: dict[str, int] = {}  # a host's train.py ("hostname:pid") -> its row
         self._stopping_step: int | None = None
@@ -258,6 +260,8 @@ class PodRun(FollowedRun):
             if isinstance(event, Heartbeat) and event.step is not None and event.step >= self._furthest.get(host, (0.0, -1))[1]:
                 self._furthest[host] = (time.monotonic(), event.step)
             self._deliver(dataclasses.replace(event, rank=host))  # one worker row per host
+            if isinstance(event, Stalled) and (report := self._host_stalls.on_stall(host, event)) is not None:
+                self._deliver(report)
 
     def _host_of(self, origin: str | None, claimed: int) -> int:
         """The host's row: the number it claims (TPU_WORKER_ID, the TPU VM's metadata), unless another host claimed it first.

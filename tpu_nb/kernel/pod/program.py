@@ -15,13 +15,14 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import tpu_nb
 from tpu_nb.runtime.system import installed_version
 from tpu_nb.wire.mesh import MeshShape
 from tpu_nb.wire.run_directory import RESULTS, STOP_FILE, TRAIN_SCRIPT, Cell, Manifest, RunDirectory
+from tpu_nb.wire.stacks import WatchdogSetting
 
 RECORDED_PACKAGES = ("torch", "torch_xla", "transformers", "datasets", "accelerate", "peft", "numpy", "tpu_nb")
 
@@ -37,6 +38,7 @@ class PodProgram:
     mesh: MeshShape | None = None  # with spmd: the mesh (default: every device of the slice on fsdp)
     doctor: bool = True
     compile_cache: str | None = None
+    watchdog: WatchdogSetting | None = field(default_factory=WatchdogSetting)  # None: --watchdog off
 
 
 def write_run_directory(program: PodProgram, path: Path, name: str, hosts: int, devices: int, run_url: str | None = None) -> RunDirectory:
@@ -53,6 +55,7 @@ def write_run_directory(program: PodProgram, path: Path, name: str, hosts: int, 
         mesh,
         program.doctor,
         program.compile_cache,
+        program.watchdog,
         run_url,
         platform.python_version(),
         notebook_packages(),

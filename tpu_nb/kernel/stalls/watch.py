@@ -119,3 +119,27 @@ class StallWatch:
 
 def _ranks(ranks_by_thread: dict[int, int]) -> str:
     return ", ".join(str(rank) for rank in sorted(ranks_by_thread.values()))
+
+
+class HostStalls:
+    """A pod run's stalls: said on the dashboard by host, without stacks (they are not carried back from the hosts yet)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._reported_at: float | None = None
+
+    def on_stall(self, host: int, stall: Stalled) -> StackReport | None:
+        """The report for a host's stalled rank, or None when one was made within its threshold (the same stall)."""
+        now = self._clock()
+        if self._reported_at is not None and now - self._reported_at < stall.threshold:
+            return None
+        self._reported_at = now
+        step = "" if stall.step is None else f" at step {stall.step}"
+        compiling = "" if stall.compiling is None else f"; an XLA compilation has been running for {format_duration(stall.compiling)}"
+        return StackReport(
+            f"the watchdog waits {format_duration(stall.threshold)}; --watchdog sets it",
+            (),
+            f"On host {host}, rank {stall.rank}{step} has not moved for {format_duration(stall.seconds)}{compiling}.",
+            f"To see where it is, ssh to host {host} and send SIGUSR2 to its worker processes (kill -USR2 PID): each writes every "
+            "thread's stack to stacks-PID.txt in the run's results directory there. If every host has stopped, Stop or Kill the run.",
+        )
