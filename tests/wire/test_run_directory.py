@@ -10,8 +10,8 @@ from pathlib import Path
 from support.processes import wait_until
 
 from tpu_nb.wire.mesh import MeshShape
-from tpu_nb.wire.stacks import WatchdogSetting
 from tpu_nb.wire.run_directory import GROUP_FILE, Manifest, download_results, kill_shell, read_stop, stop_shell, upload, write_group
+from tpu_nb.wire.stacks import WatchdogSetting
 
 
 def test_the_manifest_reads_back_as_written(tmp_path: Path) -> None:
