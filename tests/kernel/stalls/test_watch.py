@@ -12,7 +12,7 @@ import pytest
 
 from tpu_nb.kernel.stalls.watch import SILENT_EXTRA, StallWatch
 from tpu_nb.wire.events import Heartbeat, Stalled, WorkerFinished, WorkerStarted
-from tpu_nb.wire.stacks import WatchdogSetting
+from tpu_nb.wire.stacks import StackReport, WatchdogSetting
 
 ARMED = """
 import os, sys, threading, time
@@ -82,3 +82,19 @@ def test_a_process_silent_past_the_threshold_is_asked_once(tmp_path: Path, worke
     assert [place.rank for place in report.ranks] == [0]
     assert watch.silent_process() is None  # once per silence
     assert StallWatch(tmp_path, None, clock).silent_process() is None  # --watchdog off
+
+
+def test_two_asks_at_once_both_get_every_rank(tmp_path: Path, workers: list[tuple[int, int]]) -> None:
+    import threading
+
+    watch = StallWatch(tmp_path, WatchdogSetting(5.0))
+    for rank, (pid, thread) in enumerate(workers):
+        watch.on_event(WorkerStarted(rank, 2, pid, "CPU:0", thread))
+    answers: list[StackReport] = []
+    askers = [threading.Thread(target=lambda: answers.append(watch.report("asked for"))) for _ in range(2)]
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join()
+    assert [[place.rank for place in answer.ranks] for answer in answers] == [[0, 1], [0, 1]]
+    assert all(answer.unanswered == () for answer in answers)

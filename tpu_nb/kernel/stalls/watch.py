@@ -42,6 +42,7 @@ class StallWatch:
         self._setting = setting
         self._clock = clock
         self._lock = threading.Lock()
+        self._asking = threading.Lock()  # one request at a time: the dump files are emptied and read per request
         self._ranks_by_thread: dict[int, dict[int, int]] = {}  # pid -> {thread id -> rank}
         self._steps: dict[int, int | None] = {}
         self._heard: dict[int, float] = {}  # pid -> when it last sent anything
@@ -69,7 +70,8 @@ class StallWatch:
         with self._lock:
             threads = {pid: dict(ranks) for pid, ranks in self._ranks_by_thread.items() if set(ranks.values()) - self._done}
             steps = dict(self._steps)
-        answers = request_stacks(self._run_dir, threads)
+        with self._asking:
+            answers = request_stacks(self._run_dir, threads)
         places = sorted((place for answer in answers for place in fold_process(answer, threads[answer.pid], steps)), key=lambda p: p.rank)
         unanswered = tuple(
             f"pid {answer.pid} (rank {_ranks(threads[answer.pid])}): {answer.problem}" for answer in answers if answer.problem
