@@ -341,7 +341,8 @@ def test_hosts_that_print_anything_cannot_break_the_run(pod: SimulatedSlice, tmp
     assert ending.status == "done", ending.text
     assert ending.results[0].value == "done"
     text = "".join(shown)
-    assert "训练损失下降 " * 3000 in text  # rank 0's print, whole, put together from its pieces
+    # Rank 0's print, whole, put together from its pieces; host 1's lines that only look like events may come in between.
+    assert "训练损失下降 " * 3000 in "".join(piece for piece in shown if not piece.startswith("@tpu_nb "))
     assert '@tpu_nb {"host":Infinity' in text and '"memory":[1]' in text  # lines that only look like events are shown as they are
     assert "\xff" not in text and "not UTF-8 from a subprocess" not in text  # the host's raw output stays in the backend's lines
     assert [event.step for event in events.of(Progress) if event.step is not None][-1] == 2
