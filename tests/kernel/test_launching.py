@@ -187,6 +187,8 @@ def test_a_background_handle_before_and_after_its_end() -> None:
     assert run.status == "interrupted"
     with pytest.raises(TrainingInterrupted):
         run.wait()
+    with pytest.raises(UsageError, match=r"run 'sleep_forever' has ended \(interrupted\): it has no stacks any more\."):
+        run.stacks()
     assert not descendants(os.getpid())
 
 

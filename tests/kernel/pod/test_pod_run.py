@@ -193,6 +193,8 @@ def test_a_host_whose_rank_stops_moving_is_named_by_the_watchdog_with_how_to_see
         deadline = time.monotonic() + 120
         while not events.of(StackReport) and time.monotonic() < deadline:
             run.poll()
+        with pytest.raises(UsageError, match=r"run.stacks\(\) is not available for pod runs yet.*kill -USR2 PID"):
+            run.stacks()
         run.request_kill()
         follow(run)
     finally:
