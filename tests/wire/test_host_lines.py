@@ -8,6 +8,7 @@ from pathlib import Path
 from tpu_nb.wire.events import CompileCause, Diagnosis, Heartbeat, Output, Progress
 from tpu_nb.wire.host_lines import MARKER, HostEnded, LineWriter, decode, encode
 from tpu_nb.wire.results import ExceptionReport
+from tpu_nb.wire.stacks import StackAnswer
 
 EVENTS = [
     Progress(0, 12, {"loss": 0.5, "learning_rate": 1e-4}, max_steps=100, epoch=0.5, phase="train", samples_per_step=64),
@@ -25,6 +26,8 @@ EVENTS = [
     Output(None, "stderr", 'quotes " and newlines\n'),
     ExceptionReport(None, 4, "ValueError", "bad", ["Traceback", '  File "In [3]", line 2']),
     HostEnded("refused", "host 1 has torch 2.8.0"),
+    StackAnswer(3, 4242, 'Thread 0x01 (most recent call first):\n  File "In [2]", line 9 in <module>\n', last=False),
+    StackAnswer(3, 4243, "", problem="the process has exited"),
 ]
 
 

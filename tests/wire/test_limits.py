@@ -8,6 +8,7 @@ import pytest
 
 from tpu_nb.wire.events import Diagnosis, Notice, Output, Progress
 from tpu_nb.wire.limits import cap_text, fit, utf8_pieces
+from tpu_nb.wire.stacks import StackAnswer
 
 
 def pickled_size(event: object) -> int:
@@ -47,6 +48,14 @@ def test_metrics_are_split_across_events_of_the_same_step_and_none_is_lost() -> 
     assert len(pieces) > 2 and all(pickled_size(piece) <= 4096 for piece in pieces)
     assert all(isinstance(piece, Progress) and piece.step == 7 and piece.epoch == 1.0 for piece in pieces)
     assert {name: value for piece in pieces for name, value in piece.metrics.items()} == metrics  # type: ignore[union-attr]
+
+
+def test_a_hosts_stack_dump_is_split_in_order_and_only_its_last_piece_says_so() -> None:
+    dump = "".join(f'  File "/usr/lib/python3.12/threading.py", line {n} in wait\n' for n in range(400))
+    pieces = fit(StackAnswer(2, 77, dump), pickled_size, 4096)
+    assert len(pieces) > 2 and all(isinstance(piece, StackAnswer) and pickled_size(piece) <= 4096 for piece in pieces)
+    assert "".join(piece.text for piece in pieces) == dump  # type: ignore[union-attr]
+    assert [piece.last for piece in pieces] == [False] * (len(pieces) - 1) + [True]  # type: ignore[union-attr]
 
 
 def test_a_single_item_bigger_than_a_frame_is_cut_with_a_notice() -> None:

@@ -10,7 +10,19 @@ from pathlib import Path
 from support.processes import wait_until
 
 from tpu_nb.wire.mesh import MeshShape
-from tpu_nb.wire.run_directory import GROUP_FILE, Manifest, download_results, kill_shell, read_stop, stop_shell, upload, write_group
+from tpu_nb.wire.run_directory import (
+    GROUP_FILE,
+    STACKS_REQUEST_FILE,
+    STOP_FILE,
+    Manifest,
+    download_results,
+    kill_shell,
+    read_stacks_request,
+    read_stop,
+    request_shell,
+    upload,
+    write_group,
+)
 from tpu_nb.wire.stacks import WatchdogSetting
 
 
@@ -35,11 +47,19 @@ def test_the_manifest_reads_back_as_written(tmp_path: Path) -> None:
 
 def test_a_stop_written_by_the_shell_text_is_read_by_the_host(tmp_path: Path) -> None:
     assert read_stop(tmp_path) == (False, None)
-    subprocess.run(["sh", "-c", stop_shell(str(tmp_path), 17)], check=True)
+    subprocess.run(["sh", "-c", request_shell(str(tmp_path), STOP_FILE, 17)], check=True)
     assert read_stop(tmp_path) == (True, 17)
-    subprocess.run(["sh", "-c", stop_shell(str(tmp_path), None)], check=True)
+    subprocess.run(["sh", "-c", request_shell(str(tmp_path), STOP_FILE, None)], check=True)
     assert read_stop(tmp_path) == (True, None)  # no step known: each host's own next one
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_a_stacks_request_written_by_the_shell_text_is_read_by_the_host_by_its_number(tmp_path: Path) -> None:
+    assert read_stacks_request(tmp_path) is None
+    for number in (1, 2):
+        subprocess.run(["sh", "-c", request_shell(str(tmp_path), STACKS_REQUEST_FILE, number)], check=True)
+        assert read_stacks_request(tmp_path) == number
+    assert read_stop(tmp_path) == (False, None)  # a stacks request is no stop
 
 
 def test_the_kill_text_ends_the_process_group_the_host_wrote(tmp_path: Path) -> None:

@@ -1,15 +1,8 @@
-"""The worker's watchdog: a still rank is said once after its threshold, what moves it, and the stack dumps it arms."""
+"""The worker's watchdog: a still rank is said once after its threshold and what moves it."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
-
-from tpu_nb.wire.stacks import MIN_THRESHOLD, WatchdogSetting, stack_dump_path
+from tpu_nb.wire.stacks import MIN_THRESHOLD, WatchdogSetting
 from tpu_nb.workers.watchdog import Activity, StepWatchdog
 
 
@@ -85,34 +78,3 @@ def test_a_compilation_still_running_is_measured_in_the_stall() -> None:
     clock.now = 6
     [stall] = watchdog.observe(activity({0: 1}, finished=1, started=2))
     assert stall.compiling == 5.0
-
-
-DUMPING = """
-import sys, threading, time
-from pathlib import Path
-from tpu_nb.workers.watchdog import arm_stack_dumps
-arm_stack_dumps(Path(sys.argv[1]), __import__("os").getpid())
-arm_stack_dumps(Path(sys.argv[1]), __import__("os").getpid())  # once per process
-def waiting_in_a_thread():
-    time.sleep(60)
-threading.Thread(target=waiting_in_a_thread, daemon=True).start()
-print("ready", flush=True)
-time.sleep(60)
-"""
-
-
-def test_armed_stack_dumps_write_every_thread_on_the_signal(tmp_path: Path) -> None:
-    process = subprocess.Popen([sys.executable, "-c", DUMPING, str(tmp_path)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None and process.stdout.readline() == "ready\n"
-        os.kill(process.pid, signal.SIGUSR2)
-        dump = stack_dump_path(tmp_path, process.pid)
-        deadline = time.monotonic() + 10
-        while "in waiting_in_a_thread" not in dump.read_text() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        text = dump.read_text()
-        assert "in waiting_in_a_thread" in text and "in <module>" in text
-        assert process.poll() is None  # the signal did not end it
-    finally:
-        process.kill()
-        process.wait()

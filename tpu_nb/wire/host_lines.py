@@ -41,6 +41,7 @@ from .events import (
 )
 from .limits import fit
 from .results import ExceptionReport
+from .stacks import StackAnswer
 
 MARKER = "@tpu_nb "
 MAX_LINE_BYTES = 1 << 20
@@ -56,7 +57,7 @@ class HostEnded:
     detail: str | None = None
 
 
-HostEvent = Event | ExceptionReport | HostEnded
+HostEvent = Event | ExceptionReport | HostEnded | StackAnswer
 
 _TYPES: dict[str, type[Any]] = {
     kind.__name__: kind
@@ -75,6 +76,7 @@ _TYPES: dict[str, type[Any]] = {
         Notice,
         ExceptionReport,
         HostEnded,
+        StackAnswer,
     )
 }
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .events import History, Notice, Output, Progress
+from .stacks import StackAnswer
 
 E = TypeVar("E")
 _SHORT = 200  # bytes: text this short is left whole when an event is cut (cutting it would not make it shorter)
@@ -63,10 +64,13 @@ def fit(event: E, size: Callable[[Any], int], limit: int) -> list[E | Notice]:
 
 
 def _split(event: Any) -> tuple[Any, Any] | None:
-    """Two halves of an event that loses nothing when split: printed text, a report's metrics."""
+    """Two halves of an event that loses nothing when split: printed text, a report's metrics, a host's stack dump."""
     if isinstance(event, Output) and len(event.text) > 1:
         middle = len(event.text) // 2
         return dataclasses.replace(event, text=event.text[:middle]), dataclasses.replace(event, text=event.text[middle:])
+    if isinstance(event, StackAnswer) and len(event.text) > 1:
+        middle = len(event.text) // 2
+        return dataclasses.replace(event, text=event.text[:middle], last=False), dataclasses.replace(event, text=event.text[middle:])
     if isinstance(event, History) and len(event.rows) > 1:
         middle = len(event.rows) // 2
         return dataclasses.replace(event, rows=event.rows[:middle]), dataclasses.replace(event, rows=event.rows[middle:])

@@ -3,14 +3,15 @@
     <run>/train.py        the recorded cells and the training cell as one program (`TRAIN_SCRIPT`)
     <run>/manifest.json   the run's options and the notebook's versions (`Manifest`)
     <run>/tpu_nb/         a copy of tpu_nb, so the hosts need only torch, torch_xla and the cells' libraries
-    <run>/stop            the graceful stop, delivered to every host: the step to stop at (`stop_shell`)
+    <run>/stop            the graceful stop, delivered to every host: the step to stop at (`request_shell`)
+    <run>/stacks-request  a request for every worker's stacks: its number, each new one higher (`request_shell`)
     <run>/host.pgid       the process group a host's run leads, for the hard stop (`kill_shell`)
     <run>/results/        rank 0's results (`tpu_nb.wire.results`), copied to the run's gs:// location
 
 The notebook writes the directory (`tpu_nb.kernel.pod.program`), copies it
-to the hosts and writes `stop` there through gcloud or kubectl; each host's
-`train.py` (`tpu_nb.workers.host`) reads the manifest, watches for `stop`
-and writes `host.pgid` and `results/`.
+to the hosts and writes `stop` and `stacks-request` there through gcloud or
+kubectl; each host's `train.py` (`tpu_nb.workers.host`) reads the manifest,
+watches for those requests and writes `host.pgid` and `results/`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .stacks import WatchdogSetting
 TRAIN_SCRIPT = "train.py"
 MANIFEST = "manifest.json"
 STOP_FILE = "stop"
+STACKS_REQUEST_FILE = "stacks-request"
 GROUP_FILE = "host.pgid"
 RESULTS = "results"
 MATCHED_PACKAGES = ("torch", "torch_xla")
@@ -59,6 +61,7 @@ class RunDirectory:
     name: str  # the run's name: also its directory's name on the hosts
     hosts: int
     run_url: str | None  # the run's copy at gs://... (results in its results/), if it has one
+    cells: tuple[Cell, ...] = ()  # the prepared cells and the training cell, as train.py holds them
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,10 +118,10 @@ class Manifest:
         )
 
 
-def stop_shell(directory: str, step: int | None) -> str:
-    """Shell text that delivers a graceful stop to a host: `stop` holding the step (empty: each host's own next step)."""
-    stop = shlex.quote(f"{directory}/{STOP_FILE}")
-    return f"echo {'' if step is None else int(step)} > {stop}.partial && mv {stop}.partial {stop}"
+def request_shell(directory: str, name: str, number: int | None) -> str:
+    """Shell text that writes request file `name` (`STOP_FILE`, `STACKS_REQUEST_FILE`) holding `number` on a host, all at once."""
+    path = shlex.quote(f"{directory}/{name}")
+    return f"echo {'' if number is None else int(number)} > {path}.partial && mv {path}.partial {path}"
 
 
 def read_stop(directory: Path) -> tuple[bool, int | None]:
@@ -128,6 +131,15 @@ def read_stop(directory: Path) -> tuple[bool, int | None]:
     except FileNotFoundError:
         return False, None
     return True, int(text) if text.isdigit() else None
+
+
+def read_stacks_request(directory: Path) -> int | None:
+    """On a host: the number of the newest stacks request, if any."""
+    try:
+        text = (directory / STACKS_REQUEST_FILE).read_text().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() else None
 
 
 def kill_shell(directory: str) -> str:

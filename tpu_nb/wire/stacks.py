@@ -5,7 +5,9 @@ file in the run directory (`stack_dump_path`): on that signal the
 interpreter writes every thread's Python stack there from C, so a rank
 stuck in C++ (a collective, a compilation) still answers, even with the
 GIL held. The kernel sends the signal, reads the files and folds them into
-a `StackReport`.
+a `StackReport`. On a pod, each host's `train.py` does the asking for its
+own workers when the notebook writes a stacks request in the run directory
+(`tpu_nb.wire.run_directory`), and sends what they wrote as `StackAnswer`s.
 """
 
 from __future__ import annotations
@@ -42,6 +44,21 @@ def stack_dump_path(run_dir: Path, pid: int) -> Path:
 
 
 @dataclass(frozen=True, slots=True)
+class StackAnswer:
+    """A pod host's answer to stacks request `request`, for one worker process: faulthandler's text, or why there is none.
+
+    Sent in order, in as many pieces as one line's size needs: the text is
+    the pieces' texts joined, complete with the piece whose `last` is true.
+    """
+
+    request: int
+    pid: int
+    text: str
+    last: bool = True
+    problem: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RankPlace:
     """Where one rank is: its step, the line of the user's code it is on, and the library call it waits in."""
 
@@ -52,6 +69,12 @@ class RankPlace:
     waits_in: str | None  # the innermost library frame, "torch_xla/core/xla_model.py, line 4: all_reduce"
     stack: tuple[str, ...]  # the rank's thread, outermost first, one line per frame
     other_threads: tuple[str, ...] = ()  # the process's other threads that are not tpu_nb's own, one line each
+    host: int | None = None  # on a pod: the host it runs on
+
+    @property
+    def label(self) -> str:
+        """ "rank 3", or on a pod "rank 3 on host 1"."""
+        return f"rank {self.rank}" if self.host is None else f"rank {self.rank} on host {self.host}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +94,7 @@ class StackReport:
             lines.append(f"  Chips: {self.chips}")
         for place in self.ranks:
             step = "" if place.step is None else f" at step {place.step}"
-            lines.append(f"rank {place.rank}{step} (pid {place.pid}): {place.where or 'not in your code'}")
+            lines.append(f"{place.label}{step} (pid {place.pid}): {place.where or 'not in your code'}")
             if place.waits_in:
                 lines.append(f"    waiting in {place.waits_in}")
         lines += [f"no stacks from {text}" for text in self.unanswered]
@@ -84,6 +107,6 @@ class StackReport:
         """Every rank's whole stack (outermost first) and its process's other threads."""
         parts = []
         for place in self.ranks:
-            parts.append(f"rank {place.rank} (pid {place.pid}):\n" + "\n".join(f"  {line}" for line in place.stack))
+            parts.append(f"{place.label} (pid {place.pid}):\n" + "\n".join(f"  {line}" for line in place.stack))
             parts += [f"  other thread: {line}" for line in place.other_threads]
         return "\n".join(parts)

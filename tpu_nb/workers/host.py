@@ -5,9 +5,10 @@ pod, every host runs `python train.py` at the same time and this module
 plays the kernel's part there: it runs the prepared cells (as the notebook
 ran them), forks the workers with the training cell, and sends every event
 to stdout as JSON lines (`tpu_nb.wire.host_lines`), which the notebook
-reads through gcloud or kubectl. A graceful stop arrives as a `stop` file in
-the run directory holding the step to stop at, written on every host by the
-notebook. Rank 0 (on host 0) saves the results in `results/`, and copies them
+reads through gcloud or kubectl. The notebook's requests arrive as files in
+the run directory, written on every host: `stop` holding the step to stop
+at, and `stacks-request`, on which this host asks its workers for their
+stacks and sends them back as `StackAnswer`s. Rank 0 (on host 0) saves the results in `results/`, and copies them
 to the run's `gs://` location when it has one.
 """
 
@@ -26,17 +27,22 @@ from typing import Any, NoReturn
 from tpu_nb.runtime.system import installed_version
 from tpu_nb.runtime.versions import release, same_release
 from tpu_nb.wire.host_lines import HostEnded, LineWriter
+from tpu_nb.wire.limits import cap_text
 from tpu_nb.wire.results import ExceptionReport, ResultPlaces, index_file, load_exceptions
-from tpu_nb.wire.run_directory import MATCHED_PACKAGES, RESULTS, Cell, Manifest, read_stop, upload, write_group
+from tpu_nb.wire.run_directory import MATCHED_PACKAGES, RESULTS, Cell, Manifest, read_stacks_request, read_stop, upload, write_group
+from tpu_nb.wire.stacks import StackAnswer
 from tpu_nb.wire.stop_request import StopRequest
 
 from .output import capture_output, flush_output
 from .programs import compile_cell
+from .stack_dumps import armed_processes, portable, request_dumps
 from .supervisor import spawn_workers
 from .tracebacks import format_user_traceback
 from .worker import WorkerPayload
 
-STOP_POLL_SECONDS = 0.25
+REQUEST_POLL_SECONDS = 0.25
+DUMP_BYTES = 256 * 1024
+"""Of one worker process's stack dump, sent to the notebook (faulthandler caps a dump at 100 threads of 100 frames)."""
 
 
 def run_host(namespace: dict[str, Any], prepared: Sequence[Cell], train: Cell) -> NoReturn:
@@ -81,7 +87,7 @@ def _run_host(run_dir: Path, writer: LineWriter, namespace: dict[str, Any], prep
     capture_output(writer)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # as on one machine (tpu_nb.kernel.environment)
     stop_request = StopRequest(plan.devices)
-    threading.Thread(target=_watch_for_stop, args=(run_dir, stop_request), name="tpu_nb-stop-file", daemon=True).start()
+    threading.Thread(target=_watch_requests, args=(run_dir, stop_request, writer), name="tpu_nb-requests", daemon=True).start()
     for cell in (*prepared, train):
         linecache.cache[cell.name] = (0, None, cell.lines_as_written(), cell.name)  # tracebacks show the cell's lines
     try:
@@ -143,14 +149,24 @@ def _end_host() -> None:
     os.killpg(os.getpgrp(), signal.SIGTERM)
 
 
-def _watch_for_stop(run_dir: Path, stop_request: StopRequest) -> None:
-    """The notebook's graceful stop, delivered as a file (see `tpu_nb.wire.run_directory`), into this host's stop request."""
-    while not stop_request.requested:
-        time.sleep(STOP_POLL_SECONDS)
-        asked, step = read_stop(run_dir)
-        if not asked:
-            continue
-        if step is not None:
-            stop_request.request_at(step)
-        else:
-            stop_request.request()  # no step known: each host stops one past its furthest rank
+def _watch_requests(run_dir: Path, stop_request: StopRequest, writer: LineWriter) -> None:
+    """The notebook's requests, delivered as files (see `tpu_nb.wire.run_directory`): a graceful stop, and stacks."""
+    answered = None
+    while True:
+        time.sleep(REQUEST_POLL_SECONDS)
+        if not stop_request.requested:
+            asked, step = read_stop(run_dir)
+            if asked and step is not None:
+                stop_request.request_at(step)
+            elif asked:
+                stop_request.request()  # no step known: each host stops one past its furthest rank
+        request = read_stacks_request(run_dir)
+        if request is not None and request != answered:
+            answered = request
+            answer_stacks(run_dir / RESULTS, request, writer)
+
+
+def answer_stacks(dump_dir: Path, request: int, writer: LineWriter) -> None:
+    """Ask this host's worker processes for their stacks and send what each wrote (from this thread: the workers may be stuck)."""
+    for dump in request_dumps(dump_dir, armed_processes(dump_dir)):
+        writer.send(StackAnswer(request, dump.pid, cap_text(portable(dump.text), DUMP_BYTES), problem=dump.problem))

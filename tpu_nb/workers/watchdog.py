@@ -11,36 +11,16 @@ after the rank moved in between.
 
 from __future__ import annotations
 
-import faulthandler
 import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO
 
 from tpu_nb.wire.events import Stalled
-from tpu_nb.wire.stacks import STACKS_SIGNAL, WatchdogSetting, stack_dump_path
+from tpu_nb.wire.stacks import WatchdogSetting
 
 STEP_SAMPLES = 200  # step times the median is taken over: the recent ones
-
-_dump_file: IO[str] | None = None  # kept open for the interpreter's signal handler, for the process's life
-
-
-def arm_stack_dumps(run_dir: Path, pid: int) -> None:
-    """On `STACKS_SIGNAL`, write every thread's Python stack to this process's dump file (once per process).
-
-    faulthandler writes from its C signal handler, so a rank stuck in C++
-    answers too. Append mode: the kernel empties the file before each
-    request, and the next dump must start at its beginning, not at the old
-    offset.
-    """
-    global _dump_file
-    if _dump_file is not None:
-        return
-    _dump_file = open(stack_dump_path(run_dir, pid), "a", encoding="utf-8")
-    faulthandler.register(STACKS_SIGNAL, file=_dump_file, all_threads=True)
 
 
 @dataclass(frozen=True, slots=True)

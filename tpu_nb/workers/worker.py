@@ -23,9 +23,10 @@ from .doctor.probe import WorkerDoctor, analyse_compilations, start_compile_cach
 from .output import capture_output, flush_output, thread_rank
 from .programs import Program, WorkerContext
 from .read_back import materialise_pending
+from .stack_dumps import arm_stack_dumps
 from .tracebacks import format_user_traceback
 from .trainer_hook import watch_for_trainer
-from .watchdog import StepWatchdog, arm_stack_dumps
+from .watchdog import StepWatchdog
 
 
 @dataclass(frozen=True, slots=True)

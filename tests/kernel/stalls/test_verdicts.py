@@ -62,3 +62,18 @@ def test_a_running_compilation_is_said_with_its_duration_before_anything_else() 
 
 def test_no_answer_at_all_says_so() -> None:
     assert judge([], None).text == "No rank answered with its stack."
+
+
+def test_asked_for_without_a_stall_the_verdict_is_about_the_rank_furthest_behind() -> None:
+    moving = place(0, 85, "In [2], line 8: time.sleep(0.05)")
+    behind = place(1, 2, "In [2], line 10: x = next(batches)", "queue.py, line 171, in get")
+    assert judge([moving, behind], None).text.startswith("Rank 1 (step 2) waits on a queue, event or lock at In [2], line 10")
+
+
+def test_on_a_pod_the_stalled_rank_is_found_by_its_host_too() -> None:
+    same_rank = [
+        RankPlace(0, 10, 40, "In [2], line 8: time.sleep(0.05)", None, (), host=0),
+        RankPlace(0, 11, 2, "In [2], line 10: time.sleep(600)", None, (), host=1),
+    ]
+    verdict = judge(same_rank, Stalled(0, 2, 5.0, 3.0, None), host=1)
+    assert verdict.text == "Rank 0 on host 1 (step 2) is sleeping at In [2], line 10: time.sleep(600)."

@@ -7,7 +7,9 @@ events become the dashboard's worker row for that host; rank 0's progress
 host (the others would wait for it forever in a collective), and so do a
 Kill, a second interrupt and the timeout. A graceful stop writes, on every
 host, the step to stop at: a few seconds of steps past the last one seen, so
-that every host reaches it before it stops.
+that every host reaches it before it stops. When a rank stalls, a host goes
+silent or the user asks, every host is asked for its workers' stacks
+(`tpu_nb.kernel.stalls.pod_stacks`).
 """
 
 from __future__ import annotations
@@ -32,16 +34,16 @@ from tpu_nb.wire.events import Heartbeat, Output, Progress, Stalled, Stopping, W
 from tpu_nb.wire.host_lines import MAX_LINE_BYTES, HostEnded, decode
 from tpu_nb.wire.limits import cap_text
 from tpu_nb.wire.results import ExceptionReport, ResultNotLoaded, load_result
-from tpu_nb.wire.run_directory import RunDirectory
-from tpu_nb.wire.stacks import StackReport
+from tpu_nb.wire.run_directory import STACKS_REQUEST_FILE, STOP_FILE, RunDirectory
+from tpu_nb.wire.stacks import StackAnswer, StackReport
 
 from ..endings import Died, Ending, Outcome, Raised, Stopped, Succeeded, ending_of
 from ..errors import LaunchRefused
-from ..followed_run import FollowedRun, RunObserver
+from ..followed_run import POLL_SECONDS, FollowedRun, RunObserver
 from ..options import LaunchOptions
 from ..output import OutputPrinter, Write, write_to_sys
 from ..progress.display import make_display
-from ..stalls.watch import HostStalls
+from ..stalls.pod_stacks import PodStacks
 from .backends import commands
 from .backends.protocol import PodBackend
 from .reaper import Reaper
@@ -122,19 +124,25 @@ class PodRun(FollowedRun):
         self._raised: tuple[int, ExceptionReport] | None = None
         self._steps: deque[tuple[float, int]] = deque(maxlen=20)  # host 0's (time, step): the rate
         self._furthest: dict[int, tuple[float, int]] = {}  # host -> (time, step) of its furthest step heard
-        self._host_stalls = HostStalls()
+        self._stacks = PodStacks(options.watchdog, self._ask_for_stacks, run.cells)
+        self._follower: int | None = None  # the thread that follows the run
         self._plain_lines: deque[str] = deque(maxlen=PLAIN_LINES_KEPT)
         self._origins: dict[str, int] = {}  # a host's train.py ("hostname:pid") -> its row
         self._stopping_step: int | None = None
         self._stream_ended_at: float | None = None
 
     def stacks(self) -> StackReport:
-        # The hosts' workers arm their stack dumps, but nothing yet carries a request to them and their answers back.
-        raise UsageError(
-            "run.stacks() is not available for pod runs yet; the watchdog's stalls still show on the dashboard. "
-            "To see a host's stacks now, ssh to it and send SIGUSR2 to its worker processes (kill -USR2 PID): each writes every "
-            "thread's stack to stacks-PID.txt in the run's results directory on that host."
-        )
+        """Every host's ranks: asked of every host, waited for (up to `pod_stacks.ASK_SECONDS`)."""
+        if self.ended:
+            raise UsageError("the run has ended: it has no stacks any more.")
+        request = self._stacks.ask("asked for")
+        if threading.get_ident() == self._follower:  # nobody else takes the hosts' lines: take them here
+            while not self._stacks.ready(request) and not self.ended:
+                self._take_events(POLL_SECONDS)
+        else:
+            while not self._stacks.ready(request) and not self.ended:
+                request.reported.wait(POLL_SECONDS)
+        return self._stacks.report(request)
 
     @property
     def stopping_note(self) -> str:
@@ -142,6 +150,7 @@ class PodRun(FollowedRun):
 
     def _start(self) -> None:
         """Show the dashboard, copy the run to the hosts and start it there."""
+        self._follower = threading.get_ident()
         self._deadline = self.options.deadline
         if self.options.progress:
             self._display = make_display(self.title, self.runtime_label, self.run.hosts, worker_noun="host")
@@ -156,6 +165,9 @@ class PodRun(FollowedRun):
         assert self._lines is not None
         for stream, line in self._lines.take(timeout):
             self._on_line(stream, line)
+        self._stacks.on_silence()
+        for report in self._stacks.due():
+            self._deliver(report)
 
     def _ended_by_itself(self) -> bool:
         assert self._lines is not None and self._process is not None
@@ -197,9 +209,16 @@ class PodRun(FollowedRun):
         heard_at, furthest = max([(last_time, last_step), *self._furthest.values()], key=lambda heard: heard[1])
         return furthest + math.ceil(rate * (time.monotonic() - heard_at + STOP_AHEAD_SECONDS)) + 1
 
+    def _ask_for_stacks(self, number: int) -> str | None:
+        try:
+            self.backend.deliver(self.run, STACKS_REQUEST_FILE, number)
+        except commands.CommandFailed as error:
+            return str(error)
+        return None
+
     def _send_stop(self, step: int | None) -> None:
         try:
-            self.backend.stop(self.run, step)
+            self.backend.deliver(self.run, STOP_FILE, step)
         except commands.CommandFailed as error:
             self._write("stderr", f"tpu_nb: the stop did not reach every host ({error}); Kill ends the run.\n")
 
@@ -235,6 +254,9 @@ class PodRun(FollowedRun):
                 self._deliver(Output(None, stream, line))
             return
         host, event = self._host_of(decoded.origin, decoded.host), decoded.event
+        self._stacks.on_event(host, event)
+        if isinstance(event, StackAnswer):
+            return  # taken by the stacks request it answers
         if isinstance(event, HostEnded):
             self._ended_hosts.setdefault(host, event)
         elif isinstance(event, ExceptionReport):
@@ -260,8 +282,8 @@ class PodRun(FollowedRun):
             if isinstance(event, Heartbeat) and event.step is not None and event.step >= self._furthest.get(host, (0.0, -1))[1]:
                 self._furthest[host] = (time.monotonic(), event.step)
             self._deliver(dataclasses.replace(event, rank=host))  # one worker row per host
-            if isinstance(event, Stalled) and (report := self._host_stalls.on_stall(host, event)) is not None:
-                self._deliver(report)
+            if isinstance(event, Stalled):
+                self._stacks.on_stall(host, event)  # its report comes once the hosts answer
 
     def _host_of(self, origin: str | None, claimed: int) -> int:
         """The host's row: the number it claims (TPU_WORKER_ID, the TPU VM's metadata), unless another host claimed it first.

@@ -63,7 +63,7 @@ def write_run_directory(program: PodProgram, path: Path, name: str, hosts: int, 
     package = Path(tpu_nb.__file__).parent
     shutil.copytree(package, path / "tpu_nb", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     _make_private(path)
-    return RunDirectory(path, name, hosts, run_url)
+    return RunDirectory(path, name, hosts, run_url, (*program.prepared, program.train))
 
 
 def _make_private(path: Path) -> None:

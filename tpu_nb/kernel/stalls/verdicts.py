@@ -54,24 +54,24 @@ def kind_of(place: RankPlace) -> str:
     return "elsewhere"
 
 
-def judge(places: Sequence[RankPlace], stall: Stalled | None) -> Verdict:
-    """The verdict for a run whose ranks are at `places`; `stall` is what the watchdog said, if it spoke."""
+def judge(places: Sequence[RankPlace], stall: Stalled | None, host: int | None = None) -> Verdict:
+    """The verdict for a run whose ranks are at `places`; `stall` is what the watchdog said, if it spoke (on `host`, on a pod)."""
     if not places:
         return Verdict(
             "No rank answered with its stack.",
             "The worker processes may be stuck in the operating system (a device or network file system) or gone: Kill the run.",
         )
-    kinds = {place.rank: kind_of(place) for place in places}
+    kinds = {_key(place): kind_of(place) for place in places}
     if stall is not None and stall.compiling is not None:
-        place = _place(places, stall.rank)
+        place = _place(places, stall.rank, host)
         return Verdict(
-            f"Compiling: an XLA compilation has been running for {format_duration(stall.compiling)} on rank {place.rank}{_at(place)}.",
+            f"Compiling: an XLA compilation has been running for {format_duration(stall.compiling)} on {place.label}{_at(place)}.",
             "Wait for it: a step's graph is compiled once and then cached (on a TPU a big model's first step can take minutes; "
             "--compile-cache keeps it for the next run). If this comes back every few steps, the graph changes from step to step: "
             "see the XLA doctor's findings.",
         )
-    waiting = [place for place in places if kinds[place.rank] == "collective"]
-    elsewhere = [place for place in places if kinds[place.rank] != "collective"]
+    waiting = [place for place in places if kinds[_key(place)] == "collective"]
+    elsewhere = [place for place in places if kinds[_key(place)] != "collective"]
     steps = {place.step for place in places if place.step is not None}
     if waiting and (elsewhere or len(steps) > 1):
         return _collective_mismatch(waiting, elsewhere, kinds)
@@ -88,20 +88,23 @@ def judge(places: Sequence[RankPlace], stall: Stalled | None) -> Verdict:
             "Make the data ready before training (tokenize in an earlier cell, Dataset.map), give the DataLoader "
             "num_workers, and check that the dataset's __getitem__ does not block.",
         )
-    focus = _place(places, stall.rank if stall is not None else places[0].rank)
-    return _single(focus, kinds[focus.rank])
+    # Asked for without a stall: the rank furthest behind is the one the others would wait for.
+    focus = (
+        _place(places, stall.rank, host) if stall is not None else min(places, key=lambda place: -1 if place.step is None else place.step)
+    )
+    return _single(focus, kinds[_key(focus)])
 
 
-def _collective_mismatch(waiting: Sequence[RankPlace], elsewhere: Sequence[RankPlace], kinds: dict[int, str]) -> Verdict:
+def _collective_mismatch(waiting: Sequence[RankPlace], elsewhere: Sequence[RankPlace], kinds: dict[tuple[int | None, int], str]) -> Verdict:
     waiting_steps = sorted({place.step for place in waiting if place.step is not None})
     at_step = f" at step {_steps(waiting_steps)}" if waiting_steps else ""
     others = "; ".join(
-        f"rank {place.rank}{'' if place.step is None else f' is at step {place.step}'}, {_what(kinds[place.rank])}{_at(place)}"
+        f"{place.label}{'' if place.step is None else f' is at step {place.step}'}, {_what(kinds[_key(place)])}{_at(place)}"
         for place in elsewhere
     )
     behind = [place for place in waiting if waiting_steps and place.step is not None and place.step < waiting_steps[-1]]
     if not others and behind:
-        others = "; ".join(f"rank {place.rank} is at step {place.step}" for place in behind)
+        others = "; ".join(f"{place.label} is at step {place.step}" for place in behind)
     return Verdict(
         f"Rank{'s' if len(waiting) > 1 else ''} {_ranks(waiting)} wait{'' if len(waiting) > 1 else 's'} in a collective"
         f"{_at(waiting[0])}{at_step}, which every rank must reach; " + (others or "the others are elsewhere") + ".",
@@ -113,7 +116,7 @@ def _collective_mismatch(waiting: Sequence[RankPlace], elsewhere: Sequence[RankP
 
 
 def _single(place: RankPlace, kind: str) -> Verdict:
-    rank = f"Rank {place.rank}{'' if place.step is None else f' (step {place.step})'}"
+    rank = f"{place.label.capitalize()}{'' if place.step is None else f' (step {place.step})'}"
     if kind == "host read":
         return Verdict(
             f"{rank} is reading a value from the device{_at(place)}: each read waits for everything queued on the device, "
@@ -163,12 +166,16 @@ def _at(place: RankPlace) -> str:
     return f" at {place.where}" if place.where else ""
 
 
-def _place(places: Sequence[RankPlace], rank: int) -> RankPlace:
-    return next((place for place in places if place.rank == rank), places[0])
+def _key(place: RankPlace) -> tuple[int | None, int]:
+    return place.host, place.rank
+
+
+def _place(places: Sequence[RankPlace], rank: int, host: int | None) -> RankPlace:
+    return next((place for place in places if _key(place) == (host, rank)), places[0])
 
 
 def _ranks(places: Sequence[RankPlace]) -> str:
-    return ", ".join(str(place.rank) for place in places)
+    return ", ".join(str(place.rank) if place.host is None else f"{place.rank} (host {place.host})" for place in places)
 
 
 def _steps(steps: Sequence[int | None]) -> str:

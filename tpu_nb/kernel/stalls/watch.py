@@ -17,8 +17,8 @@ from pathlib import Path
 from tpu_nb.wire.checkpoints import format_duration
 from tpu_nb.wire.events import Event, Heartbeat, Progress, Stalled, WorkerFinished, WorkerRaised, WorkerStarted
 from tpu_nb.wire.stacks import MIN_THRESHOLD, StackReport, WatchdogSetting
+from tpu_nb.workers.stack_dumps import request_stacks
 
-from .dumps import request_stacks
 from .folding import fold_process
 from .verdicts import judge
 
@@ -88,12 +88,7 @@ class StallWatch:
         if self._reported_at is not None and now - self._reported_at < stall.threshold:
             return None
         self._reported_at = now
-        compiling = "" if stall.compiling is None else f", compiling for {format_duration(stall.compiling)}"
-        reason = (
-            f"rank {stall.rank}'s step has not moved for {format_duration(stall.seconds)}{compiling} "
-            f"(the watchdog waits {format_duration(stall.threshold)}; --watchdog sets it)"
-        )
-        return self.report(reason, stall)
+        return self.report(stall_reason(stall), stall)
 
     def silent_process(self) -> StackReport | None:
         """A report when a worker process has sent nothing for longer than the threshold allows (once per silence)."""
@@ -119,29 +114,14 @@ class StallWatch:
         return next((pid for pid, ranks in self._ranks_by_thread.items() if rank in ranks.values()), None)
 
 
+def stall_reason(stall: Stalled) -> str:
+    """ "rank 1's step has not moved for 65s (the watchdog waits 60s; --watchdog sets it)"."""
+    compiling = "" if stall.compiling is None else f", compiling for {format_duration(stall.compiling)}"
+    return (
+        f"rank {stall.rank}'s step has not moved for {format_duration(stall.seconds)}{compiling} "
+        f"(the watchdog waits {format_duration(stall.threshold)}; --watchdog sets it)"
+    )
+
+
 def _ranks(ranks_by_thread: dict[int, int]) -> str:
     return ", ".join(str(rank) for rank in sorted(ranks_by_thread.values()))
-
-
-class HostStalls:
-    """A pod run's stalls: said on the dashboard by host, without stacks (they are not carried back from the hosts yet)."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._reported_at: float | None = None
-
-    def on_stall(self, host: int, stall: Stalled) -> StackReport | None:
-        """The report for a host's stalled rank, or None when one was made within its threshold (the same stall)."""
-        now = self._clock()
-        if self._reported_at is not None and now - self._reported_at < stall.threshold:
-            return None
-        self._reported_at = now
-        step = "" if stall.step is None else f" at step {stall.step}"
-        compiling = "" if stall.compiling is None else f"; an XLA compilation has been running for {format_duration(stall.compiling)}"
-        return StackReport(
-            f"the watchdog waits {format_duration(stall.threshold)}; --watchdog sets it",
-            (),
-            f"On host {host}, rank {stall.rank}{step} has not moved for {format_duration(stall.seconds)}{compiling}.",
-            f"To see where it is, ssh to host {host} and send SIGUSR2 to its worker processes (kill -USR2 PID): each writes every "
-            "thread's stack to stacks-PID.txt in the run's results directory there. If every host has stopped, Stop or Kill the run.",
-        )

@@ -6,7 +6,7 @@ import linecache
 import re
 import sys
 import sysconfig
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,9 @@ _LIBRARY_DIRS = tuple(
         for path in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])
     }
 )
-_TPU_NB_DIR = str(Path(__file__).resolve().parents[2])
+TPU_NB_DIR = str(Path(__file__).resolve().parents[2])
+TPU_NB_MARK = "<tpu_nb>"
+"""Stands for another machine's copy of tpu_nb in file names (a pod host's stacks name its copy so)."""
 _IPYTHON_7_CELL = re.compile(r"<ipython-input-(\d+)-")  # IPython 7.x names a cell's code this way
 _LONGEST_SOURCE = 80
 
@@ -31,9 +33,16 @@ def first_user_frame(frames: Iterable[Frame]) -> Frame | None:
     return None
 
 
-def describe(frame: Frame) -> str:
-    """ "In [4], line 7: loss.item()" for a cell, "train.py, line 7: ..." for a file."""
-    source = linecache.getline(frame.filename, frame.line).strip()
+def describe(frame: Frame, sources: Mapping[str, Sequence[str]] | None = None) -> str:
+    """ "In [4], line 7: loss.item()" for a cell, "train.py, line 7: ..." for a file.
+
+    `sources`: the lines of files this process does not have (a pod run's cells, by name).
+    """
+    lines = sources.get(frame.filename) if sources is not None else None
+    if lines is not None:
+        source = lines[frame.line - 1].strip() if 0 < frame.line <= len(lines) else ""
+    else:
+        source = linecache.getline(frame.filename, frame.line).strip()
     if len(source) > _LONGEST_SOURCE:
         source = source[: _LONGEST_SOURCE - 1] + "…"
     where = f"{_file_label(frame.filename)[:_LONGEST_SOURCE]}, line {frame.line}"
@@ -73,7 +82,7 @@ def _prompt_number_in_history(shell: Any, filename: str) -> int | None:
 
 
 def is_tpu_nb(filename: str) -> bool:
-    return filename.startswith(_TPU_NB_DIR)
+    return filename.startswith((TPU_NB_DIR, TPU_NB_MARK))
 
 
 def _is_library(filename: str) -> bool:

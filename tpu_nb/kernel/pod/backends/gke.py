@@ -2,8 +2,8 @@
 
 The run directory travels in a ConfigMap (`jobset.manifests`, packed by
 `archive`); the results, which outlive the pods, go to the run's `gs://`
-location. A graceful stop is the run directory's stop file, written in every
-pod with `kubectl exec`; ending a run deletes its JobSet.
+location. A request (a graceful stop, stacks) is a file in the run directory,
+written in every pod with `kubectl exec`; ending a run deletes its JobSet.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpu_nb.wire.run_directory import RESULTS, TRAIN_SCRIPT, RunDirectory, download_results, stop_shell
+from tpu_nb.wire.run_directory import RESULTS, TRAIN_SCRIPT, RunDirectory, download_results, request_shell
 
 from . import commands
 from .jobset import RUN_DIR, JobSetSpec, managed_selector, manifests, pod_selector, to_yaml
@@ -149,8 +149,8 @@ class GkeSlice:
     def pods(self, run: RunDirectory) -> list[str]:
         return commands.run(self.kubectl("get", "pods", f"--selector={pod_selector(run.name)}", "--output=name")).split()
 
-    def stop(self, run: RunDirectory, step: int | None) -> None:
-        write = stop_shell(RUN_DIR, step)
+    def deliver(self, run: RunDirectory, name: str, number: int | None) -> None:
+        write = request_shell(RUN_DIR, name, number)
         for pod in self.pods(run):
             commands.run(self.kubectl("exec", pod, "--", "sh", "-c", write))
 

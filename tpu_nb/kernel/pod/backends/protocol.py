@@ -1,4 +1,4 @@
-"""What a pod backend does for a run: start it on every host, stop it, end it, fetch its results."""
+"""What a pod backend does for a run: start it on every host, deliver requests to it (a stop, stacks), end it, fetch its results."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ class PodBackend(Protocol):
         """Copy the run to the hosts and start it on each: one local process whose output is every host's."""
         ...
 
-    def stop(self, run: RunDirectory, step: int | None) -> None:
-        """Deliver a graceful stop to every host (the step to stop at)."""
+    def deliver(self, run: RunDirectory, name: str, number: int | None) -> None:
+        """Write request file `name` holding `number` in the run's directory on every host (`run_directory.request_shell`)."""
         ...
 
     def end(self, run_name: str) -> None:

@@ -1,10 +1,10 @@
-"""A Cloud TPU VM slice through `gcloud compute tpus tpu-vm`: check it, copy the run, start it on every host, stop it.
+"""A Cloud TPU VM slice through `gcloud compute tpus tpu-vm`: check it, copy the run, start it on every host, send it requests.
 
 Every command goes to all hosts at once (`--worker=all`), as PyTorch/XLA's
 multi-host runtime needs: each host runs `train.py` from its copy of the run
 directory under `~/tpu_nb_runs/`, and the stream of `--worker=all` output is
-what the notebook follows. A stop and a kill are the run directory's shell
-text (`tpu_nb.wire.run_directory`), run on every host through ssh.
+what the notebook follows. A request (a stop, stacks) and a kill are the run
+directory's shell text (`tpu_nb.wire.run_directory`), run on every host through ssh.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpu_nb.wire.run_directory import RESULTS, TRAIN_SCRIPT, RunDirectory, download_results, kill_shell, stop_shell
+from tpu_nb.wire.run_directory import RESULTS, TRAIN_SCRIPT, RunDirectory, download_results, kill_shell, request_shell
 
 from . import commands
 from .slices import SliceError, TpuSlice, parse_slice
@@ -85,8 +85,8 @@ class TpuVmSlice:
         remote = shlex.quote(_remote(run.name))
         return self.ssh(f"cd {remote} && PJRT_DEVICE=${{PJRT_DEVICE:-TPU}} exec {self.python} {TRAIN_SCRIPT}")
 
-    def stop_command(self, run: RunDirectory, step: int | None) -> list[str]:
-        return self.ssh(stop_shell(_remote(run.name), step))
+    def deliver_command(self, run: RunDirectory, name: str, number: int | None) -> list[str]:
+        return self.ssh(request_shell(_remote(run.name), name, number))
 
     def kill_command(self, run_name: str) -> list[str]:
         """End run `run_name` on every host: its process group there."""
@@ -137,8 +137,8 @@ class TpuVmSlice:
         commands.run(self.copy_command(run))
         return commands.start(self.start_command(run))
 
-    def stop(self, run: RunDirectory, step: int | None) -> None:
-        commands.run(self.stop_command(run, step))
+    def deliver(self, run: RunDirectory, name: str, number: int | None) -> None:
+        commands.run(self.deliver_command(run, name, number))
 
     def kill(self, run: RunDirectory) -> None:
         self.end(run.name)

@@ -1,4 +1,4 @@
-"""Asking processes for their stacks: faulthandler's text read back, a process that answers, one gone, one that cannot answer."""
+"""Stack dumps: armed in a process, asked for, faulthandler's text read back, a process that answers, one gone, one that cannot answer."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from tpu_nb.kernel.stalls.dumps import ANSWER_SECONDS, parse_dump, request_stacks
+from tpu_nb.wire.stacks import stack_dump_path
+from tpu_nb.workers.stack_dumps import ANSWER_SECONDS, armed_processes, parse_dump, request_stacks
 
 DUMP = """Thread 0x00007faac916f6c0 (most recent call first):
   File "/tmp/fh.py", line 4 in inner
@@ -37,7 +38,7 @@ def test_a_dump_is_read_as_threads_with_frames_outermost_first() -> None:
 ARMED = """
 import os, sys, time
 from pathlib import Path
-from tpu_nb.workers.watchdog import arm_stack_dumps
+from tpu_nb.workers.stack_dumps import arm_stack_dumps
 arm_stack_dumps(Path(sys.argv[1]), os.getpid())
 def waiting_here():
     time.sleep(60)
@@ -58,6 +59,7 @@ def test_processes_answer_each_request_afresh_and_a_gone_or_frozen_one_is_said(t
     gone.wait()
     os.kill(frozen.pid, signal.SIGSTOP)  # a stopped process cannot run its signal handler: as if stuck in the OS
     try:
+        assert armed_processes(tmp_path) == sorted([answering.pid, frozen.pid])  # found by their dump files (a pod host's way)
         for _ in range(2):  # the second answer replaces the first: one thread list, not two
             started = time.monotonic()
             answered, not_frozen, not_there = request_stacks(tmp_path, [answering.pid, frozen.pid, gone.pid])
@@ -70,3 +72,44 @@ def test_processes_answer_each_request_afresh_and_a_gone_or_frozen_one_is_said(t
         for process in (answering, frozen):
             process.kill()
             process.wait()
+
+
+DUMPING = """
+import sys, threading, time
+from pathlib import Path
+from tpu_nb.workers.stack_dumps import arm_stack_dumps
+arm_stack_dumps(Path(sys.argv[1]), __import__("os").getpid())
+arm_stack_dumps(Path(sys.argv[1]), __import__("os").getpid())  # once per process
+def waiting_in_a_thread():
+    time.sleep(60)
+threading.Thread(target=waiting_in_a_thread, daemon=True).start()
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_armed_stack_dumps_write_every_thread_on_the_signal(tmp_path: Path) -> None:
+    process = subprocess.Popen([sys.executable, "-c", DUMPING, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "ready\n"
+        os.kill(process.pid, signal.SIGUSR2)
+        dump = stack_dump_path(tmp_path, process.pid)
+        deadline = time.monotonic() + 10
+        while "in waiting_in_a_thread" not in dump.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        text = dump.read_text()
+        assert "in waiting_in_a_thread" in text and "in <module>" in text
+        assert process.poll() is None  # the signal did not end it
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_dump_names_tpu_nbs_own_files_so_that_another_machine_knows_them() -> None:
+    from tpu_nb.workers.doctor.places import TPU_NB_DIR, is_tpu_nb
+    from tpu_nb.workers.stack_dumps import portable
+
+    text = f'  File "{TPU_NB_DIR}/workers/reporting.py", line 80 in _beat\n  File "In [2]", line 3 in <module>\n'
+    [beat, cell] = portable(text).splitlines()
+    assert beat == '  File "<tpu_nb>/workers/reporting.py", line 80 in _beat' and cell == '  File "In [2]", line 3 in <module>'
+    assert is_tpu_nb("<tpu_nb>/workers/reporting.py") and not is_tpu_nb("In [2]")

@@ -1,0 +1,190 @@
+"""A pod run's stacks: asked of every host through its run directory, answered in the hosts' lines, folded here.
+
+On a stall a host's watchdog reports, on a host gone silent, or when the
+user asks, the notebook writes a numbered stacks request on every host
+(`PodBackend.deliver`, through `ask`); each host's `train.py` signals its
+worker processes and sends what they wrote as `StackAnswer`s. A request is
+complete once every worker process the hosts started has answered, or
+after `ASK_SECONDS`; then it becomes one `StackReport` for the slice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tpu_nb.wire.checkpoints import format_duration
+from tpu_nb.wire.events import Heartbeat, Progress, Stalled, WorkerFinished, WorkerRaised, WorkerStarted
+from tpu_nb.wire.host_lines import HostEvent
+from tpu_nb.wire.run_directory import Cell
+from tpu_nb.wire.stacks import MIN_THRESHOLD, RankPlace, StackAnswer, StackReport, WatchdogSetting
+from tpu_nb.workers.stack_dumps import Dump, stacks_of
+
+from .folding import fold_process
+from .verdicts import judge
+from .watch import SILENT_EXTRA, stall_reason
+
+ASK_SECONDS = 45.0
+"""How long the hosts may take to answer: the request's ssh (or kubectl exec) to every host, then each host's own asking."""
+
+Process = tuple[int, int]  # (host, pid)
+
+
+@dataclass
+class StacksRequest:
+    """One request to every host, and what has come back."""
+
+    number: int
+    reason: str
+    stall: tuple[int, Stalled] | None  # (host, what its watchdog said)
+    shown: bool  # its report goes to the dashboard (a stall's, a silence's); the user's own goes to them
+    asked_at: float
+    expected: frozenset[Process]
+    pieces: dict[Process, list[str]] = field(default_factory=dict)
+    answers: dict[Process, Dump] = field(default_factory=dict)
+    not_delivered: str | None = None  # the request did not reach every host, and why
+    report: StackReport | None = None
+    reported: threading.Event = field(default_factory=threading.Event)
+
+
+class PodStacks:
+    """Per pod run: where every host's ranks are, on a stall, a silence, or on demand."""
+
+    def __init__(
+        self,
+        setting: WatchdogSetting | None,
+        ask: Callable[[int], str | None],
+        cells: Sequence[Cell] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`ask(number)` delivers request `number` to every host (blocking); it returns why it did not reach them all, or None.
+
+        `cells`: the run's cells, whose lines the hosts' stacks point at.
+        """
+        self._setting = setting
+        self._sources = {cell.name: cell.lines_as_written() for cell in cells}
+        self._ask = ask
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._ranks_by_thread: dict[Process, dict[int, int]] = {}  # (host, pid) -> {thread id -> rank}
+        self._steps: dict[tuple[int, int], int | None] = {}  # (host, rank) -> step
+        self._done: set[tuple[int, int]] = set()  # (host, rank) that finished or raised
+        self._heard: dict[int, float] = {}  # host -> when it last sent an event
+        self._silence_said: set[int] = set()
+        self._requests: dict[int, StacksRequest] = {}
+        self._reported_at: float | None = None  # the last stall's request: other ranks' watchdogs speak of the same stall
+
+    def on_event(self, host: int, event: HostEvent) -> None:
+        """What a host sent (before its rank becomes the host's row)."""
+        with self._lock:
+            self._heard[host] = self._clock()
+            self._silence_said.discard(host)
+            if isinstance(event, WorkerStarted):
+                self._ranks_by_thread.setdefault((host, event.pid), {})[event.thread] = event.rank
+                self._steps.setdefault((host, event.rank), None)
+            elif isinstance(event, (Heartbeat, Progress, Stalled)) and event.step is not None:
+                self._steps[(host, event.rank)] = event.step
+            elif isinstance(event, (WorkerFinished, WorkerRaised)):
+                self._done.add((host, event.rank))
+            elif isinstance(event, StackAnswer):
+                self._take_answer(host, event)
+
+    def on_stall(self, host: int, stall: Stalled) -> StacksRequest | None:
+        """Ask every host, unless a request went out within the threshold (the same stall, seen by another rank)."""
+        now = self._clock()
+        if self._reported_at is not None and now - self._reported_at < stall.threshold:
+            return None
+        self._reported_at = now
+        return self.ask(f"on host {host}, {stall_reason(stall)}", (host, stall), shown=True)
+
+    def on_silence(self) -> StacksRequest | None:
+        """Ask every host when one has sent nothing for longer than the threshold allows (once per silence)."""
+        if self._setting is None:
+            return None
+        limit = (self._setting.seconds or MIN_THRESHOLD) + SILENT_EXTRA
+        now = self._clock()
+        with self._lock:
+            running = {host for host, _rank in self._steps} - {host for host, _rank in self._done}
+            silent = sorted(host for host in running if now - self._heard.get(host, now) > limit and host not in self._silence_said)
+            self._silence_said.update(silent)
+        if not silent:
+            return None
+        hosts = ", ".join(map(str, silent))
+        return self.ask(
+            f"host {hosts} sent nothing for over {format_duration(limit)}: its workers' interpreters are held (in C++, or in the OS)",
+            shown=True,
+        )
+
+    def ask(self, reason: str, stall: tuple[int, Stalled] | None = None, shown: bool = False) -> StacksRequest:
+        """Send a new request to every host (from a helper thread: a command to every host takes seconds)."""
+        with self._lock:
+            running = frozenset(
+                process for process, ranks in self._ranks_by_thread.items() if {(process[0], rank) for rank in ranks.values()} - self._done
+            )
+            request = StacksRequest(len(self._requests) + 1, reason, stall, shown, self._clock(), running)
+            self._requests[request.number] = request
+        threading.Thread(target=self._deliver, args=(request,), name="tpu_nb-pod-stacks", daemon=True).start()
+        return request
+
+    def ready(self, request: StacksRequest) -> bool:
+        """Every process answered, or the time for answers is up."""
+        with self._lock:
+            return request.expected <= set(request.answers) or self._clock() - request.asked_at > ASK_SECONDS
+
+    def due(self) -> list[StackReport]:
+        """The reports of the stall and silence requests that have just become ready (the user's own are returned to them)."""
+        due = [request for request in list(self._requests.values()) if request.report is None and self.ready(request)]
+        return [report for request in due if (report := self.report(request)) is not None and request.shown]
+
+    def report(self, request: StacksRequest) -> StackReport:
+        """The request's report from what has come back (made once)."""
+        with self._lock:
+            if request.report is None:
+                request.report = self._folded(request)
+                request.reported.set()
+            return request.report
+
+    def _deliver(self, request: StacksRequest) -> None:
+        problem = self._ask(request.number)
+        if problem is not None:
+            with self._lock:
+                request.not_delivered = problem
+
+    def _take_answer(self, host: int, answer: StackAnswer) -> None:
+        request = self._requests.get(answer.request)
+        if request is None or request.report is not None:
+            return  # another run's request, or one reported already
+        process = (host, answer.pid)
+        request.pieces.setdefault(process, []).append(answer.text)
+        if answer.last:
+            request.answers[process] = Dump(answer.pid, "".join(request.pieces.pop(process)), answer.problem)
+
+    def _folded(self, request: StacksRequest) -> StackReport:
+        places: list[RankPlace] = []
+        unanswered = []
+        for (host, pid), dump in sorted(request.answers.items()):
+            ranks = self._ranks_by_thread.get((host, pid), {})
+            steps = {rank: step for (on, rank), step in self._steps.items() if on == host}
+            places += [dataclasses.replace(place, host=host) for place in fold_process(stacks_of(dump), ranks, steps, self._sources)]
+            if dump.problem is not None:
+                unanswered.append(f"pid {pid} on host {host}{_ranks(ranks)}: {dump.problem}")
+        for host, pid in sorted(request.expected - set(request.answers)):
+            unanswered.append(
+                f"pid {pid} on host {host}{_ranks(self._ranks_by_thread[(host, pid)])}: no answer within {format_duration(ASK_SECONDS)} "
+                f"(its train.py may be held too: ssh to host {host} and send SIGUSR2 to the process, kill -USR2 {pid}; it writes its "
+                f"stacks to stacks-{pid}.txt in the run's results directory there)"
+            )
+        if request.not_delivered is not None:
+            unanswered.append(f"the request did not reach every host ({request.not_delivered})")
+        places.sort(key=lambda place: (place.rank, place.host or 0))
+        stall = request.stall[1] if request.stall is not None else None
+        verdict = judge(places, stall, host=request.stall[0] if request.stall is not None else None)
+        return StackReport(request.reason, tuple(places), verdict.text, verdict.fix, tuple(unanswered))
+
+
+def _ranks(ranks_by_thread: dict[int, int]) -> str:
+    ranks = sorted(ranks_by_thread.values())
+    return f" (rank {', '.join(map(str, ranks))})" if ranks else ""
