@@ -239,3 +239,15 @@ def test_the_processes_holding_the_tpu_are_a_table(make_system: MakeSystem) -> N
 def test_no_holders_no_table(cpu_laptop: RuntimeInfo) -> None:
     assert "tpu-nb-holders" not in RuntimePanel(cpu_laptop)._repr_html_()
     assert "Processes holding the TPU" not in repr(RuntimePanel(cpu_laptop))
+
+
+def test_the_panel_names_the_stack_it_uses_why_and_what_the_other_lacks(make_system: MakeSystem) -> None:
+    colab = repr(RuntimePanel(detect(make_system("colab_v5e_1"))))
+    assert "TPU stack    torch_xla 2.9.0: torch_xla is the stack that works with torch 2.9.0+cpu" in colab
+    assert "Other stack  torch_tpu: not installed (it needs torch 2.11 to 2.15); pip install 'torch>=2.11" in colab
+    packages = {"torch": "2.14.1", "torch_xla": None, "torch-tpu": "0.2.0", "libtpu": "0.0.52"}
+    torch_tpu = RuntimePanel(detect(make_system("cloud_tpu_vm_v4_8", packages=packages)))
+    text = repr(torch_tpu)
+    assert "TPU stack    torch_tpu 0.2.0: TorchTPU is the stack that works with torch 2.14.1" in text
+    assert "Other stack  torch_xla: not installed" in text and "torch_tpu 0.2.0" in text.split("Versions", 1)[1]
+    assert "torch_tpu 0.2.0: TorchTPU is the stack" in torch_tpu._repr_html_()

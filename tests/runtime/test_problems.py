@@ -255,3 +255,48 @@ def test_no_tpu_on_a_gpu_machine_says_the_gpu_is_unused(make_system: MakeSystem)
     no_tpu = problem(detect(make_system("gpu_machine")), "no_tpu")
 
     assert "1 NVIDIA GPU(s) found; tpu_nb does not use GPUs" in no_tpu.message
+
+
+# TorchTPU (torch_tpu): an environment of torch 2.14 with torch-tpu and libtpu, on a v4-8 TPU VM.
+TORCH_TPU_PACKAGES = {"torch": "2.14.1", "torch_xla": None, "torch-tpu": "0.2.0", "libtpu": "0.0.52"}
+
+
+def test_torch_tpu_on_a_tpu_launches_a_process_per_chip_with_none_of_torch_xlas_problems(make_system: MakeSystem) -> None:
+    info = detect(make_system("cloud_tpu_vm_v4_8", packages=TORCH_TPU_PACKAGES))
+
+    assert info.stack.chosen == "torch_tpu" and info.can_launch and info.problems == ()
+    assert (info.workers, info.devices_per_worker) == (4, 1)
+    assert info.label.endswith("TPU v4 × 4 · TorchTPU")
+
+
+def test_torch_tpu_without_a_tpu_is_refused_with_the_reason(make_system: MakeSystem) -> None:
+    info = detect(make_system("cpu_laptop", packages=TORCH_TPU_PACKAGES))
+
+    needs = problem(info, "torch_tpu_needs_tpu")
+    assert needs.severity == "error" and "has no CPU mode" in needs.message and "tpu_nb[xla]" in needs.fix
+    assert "no_tpu" not in codes(info) and "torch_xla_missing" not in codes(info)
+
+
+def test_torch_tpu_with_the_wrong_torch_or_no_libtpu_names_what_is_missing(make_system: MakeSystem) -> None:
+    old_torch = detect(make_system("cloud_tpu_vm_v4_8", packages={**TORCH_TPU_PACKAGES, "torch": "2.9.0"}))
+    incomplete = problem(old_torch, "torch_tpu_incomplete")
+    assert incomplete.message == "TorchTPU (torch_tpu) cannot run here: it needs torch 2.11 to 2.15, and torch 2.9.0 is installed."
+    assert "environment of its own" in incomplete.fix
+    no_libtpu = detect(make_system("cloud_tpu_vm_v4_8", packages={**TORCH_TPU_PACKAGES, "libtpu": None}))
+    assert problem(no_libtpu, "torch_tpu_incomplete").fix == "pip install 'libtpu>=0.0.50'"
+
+
+def test_torch_tpu_loaded_in_the_notebook_itself_blocks_the_launch_with_how_to_avoid_it(make_system: MakeSystem) -> None:
+    info = detect(make_system("cloud_tpu_vm_v4_8", packages=TORCH_TPU_PACKAGES, modules={"torch_tpu": types.ModuleType("torch_tpu")}))
+
+    loaded = problem(info, "torch_tpu_in_kernel")
+    assert loaded.severity == "error" and not info.can_launch
+    assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in loaded.fix and "%load_ext tpu_nb before importing torch" in loaded.fix
+
+
+def test_asking_for_torch_tpu_where_torch_xla_works_says_why_it_cannot(make_system: MakeSystem) -> None:
+    info = detect(make_system("colab_v5e_1"), stack="torch_tpu")
+
+    assert info.stack.why == "asked for with --stack"
+    assert problem(info, "torch_tpu_incomplete").message.endswith("not installed (it needs torch 2.11 to 2.15).")
+    assert "torch_xla_missing" not in codes(info) and "version_mismatch" not in codes(info)

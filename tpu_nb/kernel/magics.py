@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -11,6 +13,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from tpu_nb.runtime import RuntimePanel, SystemView, detect
+from tpu_nb.runtime.system import installed_version
 from tpu_nb.wire.run_directory import Cell
 from tpu_nb.workers.programs import CellProgram, compile_cell
 
@@ -28,6 +31,7 @@ from .pod.slice_checks import BACKENDS, DEFAULT_RUNS_DIR, PodTarget
 from .pod.starting import launch_pod, start_pod_in_background
 from .release import TERM_GRACE, describe_release, release_tpu
 from .returns import hand_back, hand_back_later
+from .torch_tpu_guard import keep_torch_tpu_out
 
 
 @magics_class
@@ -311,6 +315,9 @@ class TpuMagics(Magics):
 
 
 def load(ipython: InteractiveShell) -> None:
+    note = keep_torch_tpu_out(os.environ, sys.modules, installed_version("torch-tpu") is not None)
+    if note is not None:
+        print(note, file=sys.stderr)
     ipython.register_magics(TpuMagics)
 
 

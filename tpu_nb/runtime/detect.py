@@ -1,6 +1,6 @@
 """Work out which runtime a notebook is on: probe the machine through a SystemView, judge it with the problem rules.
 
-It never imports torch_xla, never starts the XLA runtime and never touches
+It never imports torch_xla or torch_tpu, never starts a TPU runtime and never touches
 the network (no GCE metadata query), so it is safe to call in the kernel
 before a launch and cheap enough to call often.
 """
@@ -16,6 +16,7 @@ from .device_holders import is_tpu_device, tpu_device_holders
 from .info import Accelerator, Platform, RuntimeInfo, TpuInfo, Versions
 from .problems import Findings, problems_of
 from .system import PciDevice, SystemView
+from .tpu_stacks import StackName, choose_stack
 from .versions import install_command, xla_install
 
 # Variables some platforms preset for a single-process topology; with them a
@@ -48,8 +49,8 @@ class _LaunchPlan:
         return self.devices_per_worker * self.workers
 
 
-def detect(system: SystemView | None = None) -> RuntimeInfo:
-    """Describe the runtime seen through `system` (default: this machine)."""
+def detect(system: SystemView | None = None, stack: StackName | None = None) -> RuntimeInfo:
+    """Describe the runtime seen through `system` (default: this machine); `stack`: the TPU stack asked for (`--stack`)."""
     system = SystemView.current() if system is None else system
     environ = system.environ
     pci_devices = system.pci_devices()
@@ -61,7 +62,12 @@ def detect(system: SystemView | None = None) -> RuntimeInfo:
     topology_vars = tuple(name for name in TOPOLOGY_VARIABLES if name in environ)
     # Reading every process's descriptors costs a scan of /proc: only worth it when there is a TPU to hold.
     holders = tpu_device_holders(system) if tpu else ()
-    found = Findings(system, tpu, gpu_count, versions, pjrt_device, plan.workers, topology_vars, xla_install(tpu, versions), holders)
+    choice = choose_stack(versions, stack)
+    if choice.chosen == "torch_tpu":
+        plan = _LaunchPlan(devices_per_worker=1, workers=tpu.chips if tpu else 0)  # a process per chip; no CPU mode
+    found = Findings(
+        system, tpu, gpu_count, versions, pjrt_device, plan.workers, topology_vars, xla_install(tpu, versions), holders, choice
+    )
     return RuntimeInfo(
         platform=_detect_platform(system, tpu),
         accelerator=Accelerator.TPU if tpu else Accelerator.GPU if gpu_count else Accelerator.CPU,
@@ -75,6 +81,7 @@ def detect(system: SystemView | None = None) -> RuntimeInfo:
         topology_vars=topology_vars,
         install_command=install_command(tpu, versions),
         problems=problems_of(found),
+        stack=choice,
         started_at=system.started_at(),
         tpu_holders=holders,
     )
@@ -122,6 +129,7 @@ def _detect_versions(system: SystemView) -> Versions:
         torch_xla=version("torch_xla"),
         libtpu=version("libtpu") or version("libtpu-nightly"),
         transformers=version("transformers"),
+        torch_tpu=version("torch-tpu"),
     )
 
 

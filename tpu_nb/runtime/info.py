@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .device_holders import DeviceHolder
+
+if TYPE_CHECKING:
+    from .tpu_stacks import StackChoice
 
 Severity = Literal["error", "warning", "info"]
 
@@ -64,6 +67,7 @@ class Versions:
     torch_xla: str | None
     libtpu: str | None
     transformers: str | None
+    torch_tpu: str | None = None  # TorchTPU, PyTorch/XLA's successor
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +97,8 @@ class RuntimeInfo:
     install_command: str
     """How to install tpu_nb here, installing nothing the runtime already has that works."""
     problems: tuple[Problem, ...]
+    stack: StackChoice
+    """The TPU stack `%%tpu_train` uses (torch_xla or torch_tpu), why, and what each stack lacks."""
     started_at: float | None = None
     """When this machine or container started (Unix time): a hosted session's clock starts with it."""
     tpu_holders: tuple[DeviceHolder, ...] = ()
@@ -114,4 +120,5 @@ class RuntimeInfo:
     def label(self) -> str:
         """One line for status displays, e.g. "Kaggle · TPU v5e × 8 · XLA:TPU"."""
         where = f"TPU {self.tpu.generation} × {self.tpu.chips}" if self.tpu else self.accelerator.value.upper()
-        return f"{self.platform.label} · {where} · XLA:{self.pjrt_device}"
+        runs_on = "TorchTPU" if self.stack.chosen == "torch_tpu" else f"XLA:{self.pjrt_device}"
+        return f"{self.platform.label} · {where} · {runs_on}"

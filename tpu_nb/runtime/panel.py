@@ -12,6 +12,7 @@ from typing import Protocol
 
 from .device_holders import DeviceHolder, describe_age
 from .info import Problem, RuntimeInfo, Severity
+from .tpu_stacks import StackStatus
 
 _SEVERITY_COLOURS: dict[Severity, str] = {
     "error": "#c62828",
@@ -74,6 +75,8 @@ class RuntimePanel:
             ("XLA devices", str(info.devices)),
             ("Workers", f"{info.workers} ({_count(info.devices_per_worker, 'device')} each)"),
             ("PJRT device", info.pjrt_device),
+            ("TPU stack", f"{info.stack.used.label}: {info.stack.why}"),
+            *(("Other stack", _other_stack(stack)) for stack in info.stack.stacks if stack.name != info.stack.chosen),
             ("Versions", self._versions()),
             ("Install", info.install_command),
         ]
@@ -96,6 +99,8 @@ class RuntimePanel:
             "libtpu": versions.libtpu,
             "transformers": versions.transformers,
         }
+        if versions.torch_tpu:
+            packages["torch_tpu"] = versions.torch_tpu
         return ", ".join(f"{name} {version or 'not installed'}" for name, version in packages.items())
 
     def _status(self) -> str:
@@ -103,6 +108,14 @@ class RuntimePanel:
         if info.can_launch:
             return f"Ready: %%tpu_train will start {_count(info.workers, 'worker')} on {info.pjrt_device}."
         return f"Not ready: fix {_count(len(info.errors), 'error')} before %%tpu_train."
+
+
+def _other_stack(stack: StackStatus) -> str:
+    """The stack %%tpu_train does not use: that it would work (--stack picks it), or what it lacks and the fix."""
+    if stack.works:
+        return f"{stack.label} works here too (--stack {stack.name})"
+    fix = f"; {stack.fix}" if stack.fix else ""
+    return f"{stack.label}: {stack.missing}{fix}"
 
 
 def _problem_html(problem: Problem) -> str:

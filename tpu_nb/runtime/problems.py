@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from .device_holders import DeviceHolder, Origin
 from .info import Problem, TpuInfo, Versions
 from .system import SystemView, xla_runtime_started
+from .tpu_stacks import StackChoice
 from .versions import expected_libtpu, has_matching_xla, libtpu_matches, release
 
 TORCH_XLA_MISSING = "torch_xla_missing"
@@ -23,6 +24,9 @@ LIBTPU_MISSING = "libtpu_missing"
 LIBTPU_MISMATCH = "libtpu_mismatch"
 PJRT_CPU_ON_TPU = "pjrt_cpu_on_tpu"
 NO_TPU = "no_tpu"
+TORCH_TPU_INCOMPLETE = "torch_tpu_incomplete"
+TORCH_TPU_NEEDS_TPU = "torch_tpu_needs_tpu"
+TORCH_TPU_IN_KERNEL = "torch_tpu_in_kernel"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +42,11 @@ class Findings:
     topology_vars: tuple[str, ...]
     xla_install: str
     tpu_holders: tuple[DeviceHolder, ...]
+    stack: StackChoice
+
+    @property
+    def on_torch_xla(self) -> bool:
+        return self.stack.chosen == "torch_xla"
 
 
 def runtime_initialized(found: Findings) -> Problem | None:
@@ -96,7 +105,7 @@ def _numbers(pids: list[int]) -> str:
 
 
 def torch_xla_missing(found: Findings) -> Problem | None:
-    if found.versions.torch_xla:
+    if found.versions.torch_xla or not found.on_torch_xla:
         return None
     return Problem(
         TORCH_XLA_MISSING,
@@ -108,7 +117,7 @@ def torch_xla_missing(found: Findings) -> Problem | None:
 
 def version_mismatch(found: Findings) -> Problem | None:
     versions = found.versions
-    if not versions.torch or not versions.torch_xla or has_matching_xla(versions):
+    if not versions.torch or not versions.torch_xla or has_matching_xla(versions) or not found.on_torch_xla:
         return None
     return Problem(
         VERSION_MISMATCH,
@@ -121,7 +130,7 @@ def version_mismatch(found: Findings) -> Problem | None:
 
 def libtpu_missing(found: Findings) -> Problem | None:
     versions = found.versions
-    if not found.tpu or not versions.torch_xla or versions.libtpu:
+    if not found.tpu or not versions.torch_xla or versions.libtpu or not found.on_torch_xla:
         return None
     return Problem(
         LIBTPU_MISSING,
@@ -134,7 +143,7 @@ def libtpu_missing(found: Findings) -> Problem | None:
 
 def libtpu_mismatch(found: Findings) -> Problem | None:
     versions = found.versions
-    if not found.tpu or not versions.torch_xla or not versions.libtpu:
+    if not found.tpu or not versions.torch_xla or not versions.libtpu or not found.on_torch_xla:
         return None
     expected = expected_libtpu(versions.torch_xla)
     if expected is None or libtpu_matches(versions.libtpu, expected):
@@ -150,7 +159,7 @@ def libtpu_mismatch(found: Findings) -> Problem | None:
 
 def pjrt_cpu_on_tpu(found: Findings) -> Problem | None:
     tpu = found.tpu
-    if not tpu or found.pjrt_device.upper() == "TPU":
+    if not tpu or found.pjrt_device.upper() == "TPU" or not found.on_torch_xla:
         return None
     return Problem(
         PJRT_CPU_ON_TPU,
@@ -175,7 +184,7 @@ def topology_vars(found: Findings) -> Problem | None:
 
 
 def no_tpu(found: Findings) -> Problem | None:
-    if found.tpu:
+    if found.tpu or not found.on_torch_xla:
         return None
     gpus = f" ({found.gpu_count} NVIDIA GPU(s) found; tpu_nb does not use GPUs)" if found.gpu_count else ""
     return Problem(
@@ -186,8 +195,45 @@ def no_tpu(found: Findings) -> Problem | None:
     )
 
 
+def torch_tpu_incomplete(found: Findings) -> Problem | None:
+    used = found.stack.used
+    if found.on_torch_xla or used.works:
+        return None
+    return Problem(TORCH_TPU_INCOMPLETE, "error", f"TorchTPU (torch_tpu) cannot run here: {used.missing}.", used.fix or "")
+
+
+def torch_tpu_needs_tpu(found: Findings) -> Problem | None:
+    if found.on_torch_xla or found.tpu:
+        return None
+    return Problem(
+        TORCH_TPU_NEEDS_TPU,
+        "error",
+        "No TPU attached, and TorchTPU (torch_tpu) has no CPU mode: %%tpu_train on TorchTPU needs a TPU.",
+        "Switch the notebook to a TPU runtime, or try your cells on XLA:CPU in an environment with torch_xla "
+        "(pip install 'tpu_nb[xla]': torch and torch_xla 2.9).",
+    )
+
+
+def torch_tpu_in_kernel(found: Findings) -> Problem | None:
+    if found.on_torch_xla or "torch_tpu" not in found.system.modules:
+        return None
+    return Problem(
+        TORCH_TPU_IN_KERNEL,
+        "error",
+        "torch_tpu is loaded in this notebook's own process (import torch loads it when a TPU is attached, unless "
+        "TORCH_DEVICE_BACKEND_AUTOLOAD=0), so the workers %%tpu_train forks from it cannot be given their chip "
+        "(torch_tpu reads its environment once, when it loads).",
+        "Restart the runtime (kernel) and run %load_ext tpu_nb before importing torch (it sets "
+        "TORCH_DEVICE_BACKEND_AUTOLOAD=0), or set TORCH_DEVICE_BACKEND_AUTOLOAD=0 in the environment, and do not import torch_tpu "
+        "in the notebook itself.",
+    )
+
+
 RULES: tuple[Callable[[Findings], Problem | None], ...] = (
     runtime_initialized,
+    torch_tpu_in_kernel,
+    torch_tpu_incomplete,
+    torch_tpu_needs_tpu,
     tpu_busy,
     torch_xla_missing,
     version_mismatch,

@@ -1,0 +1,28 @@
+"""torch_tpu kept out of the notebook's process: autoloading off at %load_ext where it is installed, a note where it is loaded."""
+
+from __future__ import annotations
+
+import types
+
+from tpu_nb.kernel.torch_tpu_guard import AUTOLOAD, keep_torch_tpu_out
+
+
+def test_where_torch_tpu_is_installed_autoloading_is_turned_off_before_torch_is_imported() -> None:
+    environ: dict[str, str] = {}
+    assert keep_torch_tpu_out(environ, {}, torch_tpu_installed=True) is None
+    assert environ == {AUTOLOAD: "0"}
+    chosen = {AUTOLOAD: "1"}  # the user's own setting is theirs
+    keep_torch_tpu_out(chosen, {}, torch_tpu_installed=True)
+    assert chosen == {AUTOLOAD: "1"}
+
+
+def test_without_torch_tpu_nothing_changes() -> None:
+    environ: dict[str, str] = {}
+    assert keep_torch_tpu_out(environ, {}, torch_tpu_installed=False) is None and environ == {}
+
+
+def test_torch_tpu_loaded_already_gets_a_note_with_the_fix() -> None:
+    environ: dict[str, str] = {}
+    note = keep_torch_tpu_out(environ, {"torch": types.ModuleType("torch"), "torch_tpu": types.ModuleType("torch_tpu")}, True)
+    assert note is not None and "Restart the kernel and run %load_ext tpu_nb first" in note and f"{AUTOLOAD}=0" in note
+    assert environ == {}
