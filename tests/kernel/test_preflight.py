@@ -92,3 +92,24 @@ def test_spmd_on_a_tpu_host_uses_every_core(make_system: MakeSystem) -> None:
     with pytest.raises(LaunchRefused, match="--cores 4: an SPMD run drives every TPU core of the host; leave --cores out."):
         check_can_launch(detect(make_system("kaggle_v5e_8")), LaunchOptions(cores=4, spmd=True), running=None)
     assert check_can_launch(detect(make_system("kaggle_v5e_8")), LaunchOptions(spmd=True), running=None).devices == 8
+
+
+def test_a_mode_is_for_torch_tpu_and_torch_tpu_takes_its_chips_count(make_system: MakeSystem) -> None:
+    with pytest.raises(LaunchRefused, match="--mode fused is for TorchTPU runs"):
+        check_can_launch(detect(make_system("cpu_laptop")), LaunchOptions(mode="fused"), running=None)
+    torch_tpu = detect(
+        make_system("cloud_tpu_vm_v4_8", packages={"torch": "2.14.1", "torch_xla": None, "torch-tpu": "0.2.0", "libtpu": "0.0.52"})
+    )
+    assert check_can_launch(torch_tpu, LaunchOptions(), running=None).devices == 4
+    assert check_can_launch(torch_tpu, LaunchOptions(cores=1), running=None).devices == 1
+    with pytest.raises(LaunchRefused, match="--cores 3: TorchTPU runs 1, 2, 4, 8 processes on a TPU v4 host"):
+        check_can_launch(torch_tpu, LaunchOptions(cores=3), running=None)
+    with pytest.raises(LaunchRefused, match="--cores 8: this host has 4 TPU chips"):
+        check_can_launch(torch_tpu, LaunchOptions(cores=8), running=None)
+
+
+def test_torch_tpu_without_a_tpu_is_refused_with_the_reason(make_system: MakeSystem) -> None:
+    info = detect(make_system("cpu_laptop", packages={"torch": "2.14.1", "torch_xla": None, "torch-tpu": "0.2.0", "libtpu": "0.0.52"}))
+    with pytest.raises(LaunchRefused, match="TorchTPU \\(torch_tpu\\) has no CPU mode") as refused:
+        check_can_launch(info, LaunchOptions(), running=None)
+    assert "tpu_nb[xla]" in str(refused.value)

@@ -22,7 +22,9 @@ def test_without_torch_tpu_nothing_changes() -> None:
 
 
 def test_torch_tpu_loaded_already_gets_a_note_with_the_fix() -> None:
+    loader = types.ModuleType("torch_tpu._loader")
+    loader._LOADED = True  # type: ignore[attr-defined]  # set up its device: a TPU was attached
     environ: dict[str, str] = {}
-    note = keep_torch_tpu_out(environ, {"torch": types.ModuleType("torch"), "torch_tpu": types.ModuleType("torch_tpu")}, True)
-    assert note is not None and "Restart the kernel and run %load_ext tpu_nb first" in note and f"{AUTOLOAD}=0" in note
+    note = keep_torch_tpu_out(environ, {"torch": types.ModuleType("torch"), "torch_tpu._loader": loader}, True)
+    assert note is not None and "restart the kernel and run %load_ext tpu_nb first" in note and f"{AUTOLOAD}=0" in note
     assert environ == {}

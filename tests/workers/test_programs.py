@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tpu_nb.wire.results import ModuleWeights, RankResult
-from tpu_nb.workers.programs import CellProgram, FunctionProgram, WorkerContext, compile_cell
+from tpu_nb.workers.programs import CellProgram, FunctionProgram, WorkerContext, compile_cell, uses_trainer
 from tpu_nb.workers.reporting import StopTraining
 
 CONTEXT = WorkerContext(rank=0, world_size=1, device=torch.device("cpu"), devices_in_process=1)
@@ -86,3 +86,17 @@ def test_a_function_stopped_gracefully_returns_none() -> None:
         raise StopTraining("stopped by the user at step 3")
 
     assert FunctionProgram(train, ()).run(CONTEXT) == RankResult(None, has_value=True)
+
+
+def test_a_program_that_names_a_trainer_is_told_apart_from_a_hand_written_loop() -> None:
+    trainer_cell = compile_cell("from transformers import Trainer\ntrainer = Trainer(model=model)\ntrainer.train()", "In [3]", {}, ())
+    sft_cell = compile_cell("def fit():\n    return trl.SFTTrainer(model).train()\nfit()", "In [4]", {}, ())
+    loop_cell = compile_cell("for step in range(3):\n    loss = model(x).sum()\n    report(step=step, loss=loss)", "In [5]", {}, ())
+    assert uses_trainer(trainer_cell) and uses_trainer(sft_cell) and not uses_trainer(loop_cell)
+
+    def train_with_a_trainer() -> None:
+        from transformers import Trainer
+
+        Trainer(model=None).train()
+
+    assert uses_trainer(FunctionProgram(train_with_a_trainer, ())) and not uses_trainer(FunctionProgram(print, ()))

@@ -54,3 +54,41 @@ def test_numpy_and_torch_scalars_are_reported_as_plain_numbers(monkeypatch: pyte
     assert progress == Progress(0, 7, {"loss": 0.5}, max_steps=10, epoch=0.25, phase="train", samples_per_step=4)
     assert [type(value) for value in (progress.step, progress.max_steps, progress.epoch)] == [int, int, float]
     assert reporter.steps[0] == 7 and type(reporter.steps[0]) is int
+
+
+def test_a_loss_on_a_torch_tpu_chip_is_sent_once_its_copy_is_done_never_waiting_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from support.torch_tpu_stand_in import StandInEvent
+
+    monkeypatch.setattr(reporting, "HEARTBEAT_INTERVAL", 3600)  # the test says when copies are looked at
+    events: list[StandInEvent] = []
+
+    def make_event() -> StandInEvent:
+        events.append(StandInEvent())
+        return events[-1]
+
+    writer = RecordingWriter()
+    reporter = WorkerReporter(writer, StopRequest(1))
+    reporter.device_reads = reporting.DeviceReads("cpu", make_event)  # the stand-in's chip is the CPU
+    reporter.enter(0, 1)
+    reporting.install(reporter)
+    try:
+        loss = torch.tensor(0.75)
+        reporting.report(step=1, loss=loss, accuracy=0.5)
+        assert [event for event in writer.sent if isinstance(event, Progress)] == []  # copied, not yet done: not waited for
+        [event] = events
+        assert event.recorded and event.queries == 0
+        reporter.send_copied()  # the first query: not done yet
+        assert writer.sent == []
+        loss.fill_(9.0)  # the step goes on with the tensor: the report holds the value it had
+        reporter.send_copied()
+        assert writer.sent == [Progress(0, 1, {"accuracy": 0.5, "loss": 0.75}, phase="train")]
+        reporting.report(step=2, loss=torch.tensor(0.5))  # rate-limited: held back, read when the run ends
+        reporter.flush()
+    finally:
+        reporting.install(None)
+    assert [event.step for event in writer.sent if isinstance(event, Progress)] == [1, 2]
+
+
+def test_device_reads_leave_plain_numbers_and_other_devices_alone() -> None:
+    reads = reporting.DeviceReads("tpu", lambda: None)  # type: ignore[arg-type, return-value]
+    assert not reads.wants({"loss": 0.5, "grad_norm": torch.tensor(1.0)})  # a CPU tensor is not on the chip

@@ -27,7 +27,7 @@ from tpu_nb.wire.results import (
 
 from .autograd_fork import explain_autograd_fork
 from .errors import TrainingInterrupted, TrainingTimedOut, WorkerDied, WorkerError, where_raised
-from .out_of_memory import explain_out_of_memory
+from .out_of_memory import explain_out_of_memory, explain_torch_tpu_error
 from .status import RunStatus
 
 _OUT_OF_MEMORY_HINT = " The host most likely ran out of memory: use a smaller per-core batch or model, or fewer cores."
@@ -91,7 +91,7 @@ def ending_of(outcome: Outcome) -> Ending:
         return Ending("done", None, None, outcome.results)
     if isinstance(outcome, Raised):
         report = outcome.report
-        advice = explain_out_of_memory(report.message) or explain_autograd_fork(report.message)
+        advice = explain_torch_tpu_error(report.message) or explain_out_of_memory(report.message) or explain_autograd_fork(report.message)
         error = WorkerError(report.rank, report.world_size, report.type_name, report.message, report.traceback_lines, advice, outcome.host)
         who = f"rank {report.rank}" if outcome.host is None else where_raised(report.rank, report.world_size, outcome.host)
         text = f"{who} raised {report.type_name}: {report.message}"

@@ -16,14 +16,25 @@ from tpu_nb.wire.environment import WorkerEnvironment
 _TPU_PROCESS_BOUNDS = {1: "1,1,1", 2: "1,2,1", 4: "2,2,1"}
 
 
+TRAINER_ON_ONE_CHIP = (
+    "a Hugging Face Trainer on TorchTPU trains on one chip: accelerate (which the Trainer runs on) has no TorchTPU "
+    "distributed mode, so on several chips each process would train alone, unaware of the others."
+)
+
+
 class CoresUnavailable(ValueError):
     """`--cores` asks for a device count this runtime cannot give."""
 
 
-def plan_environment(info: RuntimeInfo, cores: int | None, environ: dict[str, str] | None = None, spmd: bool = False) -> WorkerEnvironment:
-    """Decide the workers' environment for this runtime, `cores` request and mode (SPMD or one process per chip)."""
+def plan_environment(
+    info: RuntimeInfo, cores: int | None, environ: dict[str, str] | None = None, spmd: bool = False, trainer: bool = False
+) -> WorkerEnvironment:
+    """Decide the workers' environment for this runtime, `cores` request and mode (SPMD or one process per chip).
+
+    `trainer`: the code uses a Hugging Face Trainer (on TorchTPU it gets one chip).
+    """
     environ = dict(os.environ) if environ is None else environ
-    settings = {"PJRT_DEVICE": info.pjrt_device}
+    settings = {} if info.stack.chosen == "torch_tpu" else {"PJRT_DEVICE": info.pjrt_device}  # torch_xla's variable
     notes = []
     # tokenizers turns its parallelism off with a warning in every forked
     # child once the notebook has used it; say so once, quietly, instead.
@@ -39,6 +50,13 @@ def plan_environment(info: RuntimeInfo, cores: int | None, environ: dict[str, st
     if spmd and environ.get("TF_CPP_MIN_LOG_LEVEL", "1") == "1":
         settings["TF_CPP_MIN_LOG_LEVEL"] = "2"
     devices = info.devices
+    if info.stack.chosen == "torch_tpu":  # a process per chip, each told its chip by tpu_nb (`tpu_nb.workers.chip_ranks`)
+        if cores is not None and cores > info.devices:
+            raise CoresUnavailable(f"--cores {cores}: this host has {info.devices} TPU chips. Use at most {info.devices}.")
+        if trainer and cores is None and devices > 1:
+            notes.append(f"tpu_nb: {TRAINER_ON_ONE_CHIP}")
+            devices = 1
+        return WorkerEnvironment(set=settings, remove=tuple(info.topology_vars), notes=tuple(notes), devices=cores or devices)
     if cores is not None and cores != info.devices:
         if spmd and info.pjrt_device != "CPU":
             raise CoresUnavailable(f"--cores {cores}: an SPMD run drives every TPU core of the host; leave --cores out.")

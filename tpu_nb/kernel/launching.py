@@ -39,6 +39,8 @@ def launch(
     resume: str | bool | None = None,
     deadline: str | None = None,
     watchdog: str | float | None = None,
+    stack: str | None = None,
+    mode: str | None = None,
 ) -> Any:
     """Run `fn(*args)` in a worker per XLA device (forked: no pickling) and return rank 0's result.
 
@@ -61,6 +63,8 @@ def launch(
     gracefully before then, with a checkpoint. A rank that stops moving for
     longer than `watchdog` seconds (default: learned, 5x the median step, at
     least 60) gets every rank's stack and a verdict shown; "off" turns it off.
+    `stack="torch_tpu"` (or "torch_xla") picks the TPU stack (default: the one that works with the installed torch);
+    on TorchTPU, `mode` is "eager", "fused" or "compile" (default: fused, or eager when `fn` names a Trainer).
     Raises `WorkerError` with the worker's traceback if `fn` raised,
     `WorkerDied`, `TrainingInterrupted` or `TrainingTimedOut`.
     """
@@ -82,6 +86,8 @@ def launch(
         resume=resume,
         deadline=deadline,
         watchdog=watchdog,
+        stack=stack,
+        mode=mode,
     )
     program = FunctionProgram(fn, args)
     name = str(getattr(fn, "__name__", "run"))

@@ -15,7 +15,9 @@ from tpu_nb.runtime import RuntimeInfo, detect
 from tpu_nb.wire.events import ChipFigures, Event, Notice, Stalled, Stopping, WorkerRaised, WorkerStarted
 from tpu_nb.wire.stacks import StackReport
 from tpu_nb.wire.stop_request import StopRequest
-from tpu_nb.workers.programs import Program
+from tpu_nb.workers import chip_ranks
+from tpu_nb.workers.chip_ranks import ChipRun
+from tpu_nb.workers.programs import Program, uses_trainer
 
 from . import warm_imports
 from .chip_usage import ChipUsagePoller, metrics_addresses, rank_chip_text, tpu_info_installed, usage_for_rank, usage_text
@@ -82,6 +84,7 @@ class Run(FollowedRun):
         self._stalls: StallWatch | None = None
         self._chips: tuple[ChipUsagePoller, int] | None = None  # on a TPU with tpu-info: the poller, and devices per process
         self._chips_shown: object = None  # the poller's readings last put on the worker rows
+        self._mode_reason = ""  # why a TorchTPU run has its execution mode, for the dashboard
 
     @classmethod
     def alive(cls) -> str | None:
@@ -93,14 +96,17 @@ class Run(FollowedRun):
         return f"stopping after the next step every worker reaches (within {self.options.stop_grace:g}s; interrupt again to stop at once)."
 
     def _start(self) -> None:
-        info = detect()
-        environment = check_can_launch(info, self.options, running=Run.alive())
+        info = detect(stack=self.options.stack)
+        trainer = info.stack.chosen == "torch_tpu" and uses_trainer(self.program)
+        environment = check_can_launch(info, self.options, running=Run.alive(), trainer=trainer)
+        chips = self._chip_run(info, environment.devices, trainer)
         for note in environment.notes:
             self._write("stderr", note + "\n")
         self._deadline = self.options.deadline_on(info)
         if self.options.progress:
             workers = 1 if self.options.spmd else environment.devices  # SPMD: one worker drives them all
-            self._display = make_display(self.title, info.label, workers)
+            label = info.label if chips is None else f"{info.label} · {chips.mode} ({self._mode_reason})"
+            self._display = make_display(self.title, label, workers)
         shown_after: list[RunObserver] = [self._display] if self._display is not None else []
         self._observers = [OutputPrinter(self.options.all_ranks_output, self._write), self._facts, *self._observers, *shown_after]
         self._stop_request = StopRequest(environment.devices)
@@ -117,6 +123,7 @@ class Run(FollowedRun):
                 compile_cache=self.options.compile_cache_for(info),
                 checkpoints=self.options.checkpoints,
                 watchdog=self.options.watchdog,
+                chips=chips,
             )
         except BaseException:
             Run._alive = None
@@ -125,6 +132,18 @@ class Run(FollowedRun):
         self._chips = _chip_poller(info, environment.devices, self.options.spmd)
         self._stalls = StallWatch(self._processes.places.run_dir, self.options.watchdog, chips=self._chip_text)
         self._observers.insert(0, self._stalls)
+
+    def _chip_run(self, info: RuntimeInfo, chips: int, trainer: bool) -> ChipRun | None:
+        """A TorchTPU run's plan: a process per chip, in the mode asked for or the default for its code."""
+        if info.stack.chosen != "torch_tpu":
+            return None
+        mode = self.options.mode
+        if mode is not None:
+            self._mode_reason = "--mode"
+        else:
+            mode, self._mode_reason = ("eager", "a Trainer's default") if trainer else ("fused", "a loop's default")
+        assert info.tpu is not None  # checked: TorchTPU has no CPU mode
+        return ChipRun.plan(chip_ranks.TORCH_TPU, info.tpu.generation, chips, mode)
 
     def _chip_text(self, rank: int) -> str | None:
         if self._chips is None:

@@ -194,6 +194,19 @@ class TpuMagics(Magics):
         help="When a rank has not moved for SECONDS (default: 5x the median step, at least 60s), show where every rank is "
         "(the lines of your cells, the call they wait in) and what to do; 'off' turns it off.",
     )
+    @argument(
+        "--stack",
+        choices=("auto", "torch_xla", "torch_tpu"),
+        default="auto",
+        help="The TPU stack: torch_xla (PyTorch/XLA) or torch_tpu (TorchTPU, a process per chip); default: the one that works "
+        "with the installed torch (%%tpu_info says which and why).",
+    )
+    @argument(
+        "--mode",
+        choices=("eager", "fused", "compile"),
+        help="On TorchTPU: eager (each op as called), fused (lazy: one program per step, like torch_xla) or compile "
+        "(torch.compile(backend='tpu'): a Trainer's torch_compile, or your own call). Default: fused for a loop, eager for a Trainer.",
+    )
     @argument("--background", action="store_true", help="Return at once with a run handle; the notebook stays free while it trains.")
     @argument("--name", default="run", metavar="NAME", help="With --background: bind the run's handle to NAME (default: run).")
     @cell_magic
@@ -227,6 +240,8 @@ class TpuMagics(Magics):
             resume=args.resume,
             deadline=args.deadline,
             watchdog=args.watchdog,
+            stack=args.stack,
+            mode=args.mode,
         )
         if options.checkpoints is not None:
             self.last_checkpoints = options.checkpoints.directory

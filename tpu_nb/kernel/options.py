@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tpu_nb.runtime import Accelerator, Platform, RuntimeInfo
+from tpu_nb.runtime.tpu_stacks import STACK_NAMES, StackName
 from tpu_nb.wire.checkpoints import CheckpointError, CheckpointPlan, parse_duration
 from tpu_nb.wire.mesh import MeshError, MeshShape
 from tpu_nb.wire.stacks import WatchdogSetting
+from tpu_nb.workers.chip_ranks import EXECUTION_MODES, ExecutionMode
 
 from .checkpoint_plans import plan_checkpoints
 from .deadlines import Deadline, deadline_for
@@ -51,6 +53,10 @@ class LaunchOptions:
     """--deadline: when the run must have stopped (it stops earlier, with a checkpoint); on Kaggle's TPU, the session's end."""
     watchdog: WatchdogSetting | None = field(default_factory=WatchdogSetting)
     """--watchdog: after how long a rank that does not move gets every rank's stack shown (None: off)."""
+    stack: StackName | None = None
+    """--stack: torch_xla or torch_tpu (None: the one that works with the installed torch)."""
+    mode: ExecutionMode | None = None
+    """--mode, on TorchTPU: eager, fused or compile (None: fused for a hand-written loop, eager for a Trainer)."""
 
     @classmethod
     def from_user(
@@ -73,6 +79,8 @@ class LaunchOptions:
         resume: str | bool | None = None,
         deadline: str | None = None,
         watchdog: str | float | None = None,
+        stack: str | None = None,
+        mode: str | None = None,
     ) -> LaunchOptions:
         """The options as the user typed them (the mesh as text, "fsdp=4,tensor=2"); `LaunchRefused` when one cannot be read.
 
@@ -100,6 +108,8 @@ class LaunchOptions:
             checkpoints=checkpoints,
             deadline=deadline_at,
             watchdog=watchdog_setting,
+            stack=_stack_named(stack),
+            mode=_mode_named(mode),
         )
 
     def deadline_on(self, info: RuntimeInfo) -> Deadline | None:
@@ -134,6 +144,26 @@ class LaunchOptions:
     def mesh_for(self, devices: int) -> MeshShape:
         """The mesh of an SPMD run over `devices` devices."""
         return self.mesh if self.mesh is not None else MeshShape.default(devices)
+
+
+def _stack_named(value: str | None) -> StackName | None:
+    """`--stack`'s value: None (or "auto") for the stack that works here."""
+    if value in (None, "auto"):
+        return None
+    for name in STACK_NAMES:
+        if value == name:
+            return name
+    raise LaunchRefused(f"tpu_nb did not start the run:\n- stack={value!r}: give torch_xla or torch_tpu, or leave it out (auto).")
+
+
+def _mode_named(value: str | None) -> ExecutionMode | None:
+    """`--mode`'s value: None for the default (fused for a loop, eager for a Trainer)."""
+    if value is None:
+        return None
+    for mode in EXECUTION_MODES:
+        if value == mode:
+            return mode
+    raise LaunchRefused(f"tpu_nb did not start the run:\n- mode={value!r}: TorchTPU's modes are {', '.join(EXECUTION_MODES)}.")
 
 
 def _watchdog_setting(value: str | float | None) -> WatchdogSetting | None:

@@ -21,6 +21,7 @@ from tpu_nb.wire.mesh import MeshShape
 from tpu_nb.wire.results import ResultPlaces, free_bytes, remove_places
 from tpu_nb.wire.stacks import WatchdogSetting
 from tpu_nb.wire.stop_request import StopRequest
+from tpu_nb.workers.chip_ranks import ChipRun
 from tpu_nb.workers.programs import Program
 from tpu_nb.workers.supervisor import prepare_to_fork, supervise
 from tpu_nb.workers.worker import WorkerPayload
@@ -56,15 +57,19 @@ class WorkerProcesses:
         compile_cache: str | None = None,
         checkpoints: CheckpointPlan | None = None,
         watchdog: WatchdogSetting | None = None,
+        chips: ChipRun | None = None,
     ) -> None:
-        """Fork the supervisor; it forks the workers (through `xmp.spawn`, or one SPMD worker when `mesh` is given)."""
+        """Fork the supervisor; it forks the workers (through `xmp.spawn`, one SPMD worker when `mesh` is given, or a TorchTPU
+        process per chip when `chips` is)."""
         warm_imports.wait()  # no import half done in another thread when the kernel forks
         # Anything buffered now would be printed again by each forked copy.
         sys.stdout.flush()
         sys.stderr.flush()
         reader, writer = open_channel()
         places = make_places()
-        payload = WorkerPayload(program, writer, stop_request, places, all_results, mesh, doctor, compile_cache, checkpoints, watchdog)
+        payload = WorkerPayload(
+            program, writer, stop_request, places, all_results, mesh, doctor, compile_cache, checkpoints, watchdog, chips
+        )
         kernel_pid = os.getpid()
         prepare_to_fork()
         pid = forking.fork()

@@ -79,7 +79,7 @@ def detect(system: SystemView | None = None, stack: StackName | None = None) -> 
         devices_per_worker=plan.devices_per_worker,
         versions=versions,
         topology_vars=topology_vars,
-        install_command=install_command(tpu, versions),
+        install_command="pip install tpu_nb" if choice.chosen == "torch_tpu" else install_command(tpu, versions),
         problems=problems_of(found),
         stack=choice,
         started_at=system.started_at(),

@@ -69,12 +69,18 @@ class RuntimePanel:
 
     def _rows(self) -> list[tuple[str, str]]:
         info = self.info
+        if info.stack.chosen == "torch_tpu":
+            devices = [("Workers", f"{info.workers} (a process per chip)")]
+        else:
+            devices = [
+                ("XLA devices", str(info.devices)),
+                ("Workers", f"{info.workers} ({_count(info.devices_per_worker, 'device')} each)"),
+                ("PJRT device", info.pjrt_device),
+            ]
         return [
             ("Platform", info.platform.label),
             ("Accelerator", self._accelerator()),
-            ("XLA devices", str(info.devices)),
-            ("Workers", f"{info.workers} ({_count(info.devices_per_worker, 'device')} each)"),
-            ("PJRT device", info.pjrt_device),
+            *devices,
             ("TPU stack", f"{info.stack.used.label}: {info.stack.why}"),
             *(("Other stack", _other_stack(stack)) for stack in info.stack.stacks if stack.name != info.stack.chosen),
             ("Versions", self._versions()),
@@ -106,7 +112,8 @@ class RuntimePanel:
     def _status(self) -> str:
         info = self.info
         if info.can_launch:
-            return f"Ready: %%tpu_train will start {_count(info.workers, 'worker')} on {info.pjrt_device}."
+            on = "TorchTPU" if info.stack.chosen == "torch_tpu" else info.pjrt_device
+            return f"Ready: %%tpu_train will start {_count(info.workers, 'worker')} on {on}."
         return f"Not ready: fix {_count(len(info.errors), 'error')} before %%tpu_train."
 
 

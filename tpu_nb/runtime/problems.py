@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .device_holders import DeviceHolder, Origin
 from .info import Problem, TpuInfo, Versions
-from .system import SystemView, xla_runtime_started
+from .system import SystemView, torch_tpu_backend_loaded, torch_tpu_runtime_started, xla_runtime_started
 from .tpu_stacks import StackChoice
 from .versions import expected_libtpu, has_matching_xla, libtpu_matches, release
 
@@ -215,17 +215,25 @@ def torch_tpu_needs_tpu(found: Findings) -> Problem | None:
 
 
 def torch_tpu_in_kernel(found: Findings) -> Problem | None:
-    if found.on_torch_xla or "torch_tpu" not in found.system.modules:
+    modules = found.system.modules
+    if found.on_torch_xla or not torch_tpu_backend_loaded(modules):
         return None
+    if torch_tpu_runtime_started(modules):
+        return Problem(
+            TORCH_TPU_IN_KERNEL,
+            "error",
+            "A TPU was already used in this notebook's own process through torch_tpu, so the workers %%tpu_train forks "
+            "from it are refused (torch_tpu: 'cannot access or re-initialize TPU in a forked subprocess').",
+            "Restart the runtime (kernel), then keep all TPU use inside %%tpu_train cells: in the notebook itself, do not "
+            "move tensors or models to 'tpu'.",
+        )
     return Problem(
         TORCH_TPU_IN_KERNEL,
-        "error",
+        "warning",
         "torch_tpu is loaded in this notebook's own process (import torch loads it when a TPU is attached, unless "
-        "TORCH_DEVICE_BACKEND_AUTOLOAD=0), so the workers %%tpu_train forks from it cannot be given their chip "
-        "(torch_tpu reads its environment once, when it loads).",
-        "Restart the runtime (kernel) and run %load_ext tpu_nb before importing torch (it sets "
-        "TORCH_DEVICE_BACKEND_AUTOLOAD=0), or set TORCH_DEVICE_BACKEND_AUTOLOAD=0 in the environment, and do not import torch_tpu "
-        "in the notebook itself.",
+        "TORCH_DEVICE_BACKEND_AUTOLOAD=0): each worker %%tpu_train forks inherits it with libtpu's threads. tpu_nb still "
+        "gives each worker its chip and mode, but a fork of a process with those threads may hang.",
+        "Restart the runtime (kernel) and run %load_ext tpu_nb before importing torch (it sets TORCH_DEVICE_BACKEND_AUTOLOAD=0).",
     )
 
 

@@ -35,6 +35,24 @@ def xla_runtime_started(modules: Mapping[str, object]) -> bool:
     return callable(is_initialized) and bool(is_initialized())
 
 
+def torch_tpu_backend_loaded(modules: Mapping[str, object]) -> bool:
+    """Whether torch_tpu set up its device in this process (`import torch` imports torch_tpu even without a TPU, but
+    registers the "tpu" device, loads libtpu's runtime and starts its threads only with one)."""
+    return bool(getattr(modules.get("torch_tpu._loader"), "_LOADED", False))
+
+
+def torch_tpu_runtime_started(modules: Mapping[str, object]) -> bool:
+    """Whether this process has used a TPU through torch_tpu (asked only if `modules` holds its device backend).
+
+    torch_tpu 0.2.0 then refuses the processes forked from it ("cannot access
+    or re-initialize TPU in a forked subprocess"). Read from its sources
+    (`_device_module.is_initialized`); not run on a TPU here.
+    """
+    backend = modules.get("torch_tpu._internal.device._device_ops_backend")
+    is_initialized = getattr(backend, "_is_initialized", None)
+    return callable(is_initialized) and bool(is_initialized())
+
+
 class PciDevice(NamedTuple):
     """IDs of one PCI device as sysfs spells them, e.g. ("0x1ae0", "0x0063", "0x120000")."""
 

@@ -117,3 +117,23 @@ def module_weights(module: Any) -> ModuleWeights:
     """The module's full weights on the CPU (a sharded tensor's `.cpu()` gathers its shards)."""
     materialise_pending()
     return ModuleWeights({unwrapped_key(key): tensor.cpu() for key, tensor in module.state_dict().items()})
+
+
+def uses_trainer(program: Program) -> bool:
+    """Whether the program's own code names a Hugging Face Trainer (Trainer, Seq2SeqTrainer, SFTTrainer, ...)."""
+    if isinstance(program, CellProgram):
+        codes = [program.body] + ([program.last_expression] if program.last_expression is not None else [])
+    elif isinstance(program, FunctionProgram) and hasattr(program.fn, "__code__"):
+        codes = [program.fn.__code__]
+    else:
+        return False
+    return any(name.endswith("Trainer") for code in codes for name in _names(code))
+
+
+def _names(code: CodeType) -> set[str]:
+    """The global and attribute names a code object and the functions and classes inside it use."""
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if isinstance(constant, CodeType):
+            names |= _names(constant)
+    return names

@@ -4,14 +4,18 @@
 events go out at most every `REPORT_INTERVAL` seconds. A loss that is still
 a lazy XLA tensor is read in a step closure, after the step's graph has run,
 so reporting adds no graph execution and no compilation, only one small
-device-to-host copy per interval.
+device-to-host copy per interval. On TorchTPU a loss on the chip is copied
+to the host without waiting (`DeviceReads`) and sent once the copy is done.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tpu_nb.wire.events import Heartbeat, Notice, Progress, Stalled, Stopping
 
@@ -22,11 +26,72 @@ if TYPE_CHECKING:
     from tpu_nb.wire.stop_request import StopRequest
     from tpu_nb.workers.checkpointing import Checkpointer
 
-    from .doctor.probe import Checkup, WorkerDoctor
+    from .chip_ranks import Event
+    from .doctor.probe import Checkup
     from .watchdog import StepWatchdog
 
 REPORT_INTERVAL = 0.25  # seconds between Progress events: at most 4 a second
 HEARTBEAT_INTERVAL = 1.0  # seconds between each rank's Heartbeat
+
+
+@dataclass(frozen=True, slots=True)
+class CompileReading:
+    """A process's compilations so far: how many finished and their seconds (the heartbeat), and for the watchdog,
+    how many were started and how many finished or came from a cache (a compilation runs while started > finished)."""
+
+    count: int
+    seconds: float
+    started: int
+    finished: int
+
+
+class DeviceReads:
+    """Values on a TorchTPU chip, copied to the host without waiting for the chip, and sent once each copy is done.
+
+    torch_tpu copies asynchronously into a contiguous host tensor of the same
+    dtype and size; an event recorded after the copies says, without
+    blocking, when they are done.
+    """
+
+    def __init__(self, device_type: str, make_event: Callable[[], Event]) -> None:
+        self.device_type = device_type
+        self._make_event = make_event
+        self._lock = threading.Lock()
+        self._pending: deque[tuple[Progress, dict[str, Any], Event]] = deque()
+
+    def wants(self, values: dict[str, Any]) -> bool:
+        return any(getattr(getattr(value, "device", None), "type", None) == self.device_type for value in values.values())
+
+    def start(self, progress: Progress, values: dict[str, Any]) -> None:
+        """Queue the copies of `values`' tensors on the chip, and the event after them."""
+        copies = {name: self._host_copy(value) if self.wants({name: value}) else value for name, value in values.items()}
+        event = self._make_event()
+        event.record()
+        with self._lock:
+            self._pending.append((progress, copies, event))
+
+    def ready(self, everything: bool = False) -> list[tuple[Progress, dict[str, Any]]]:
+        """The reports whose copies are done, in order (`everything`: all of them, the run's end waits for its last)."""
+        done = []
+        with self._lock:
+            while self._pending and (everything or self._pending[0][2].query()):
+                progress, copies, _event = self._pending.popleft()
+                done.append((progress, copies))
+        return done
+
+    @staticmethod
+    def _host_copy(value: Any) -> Any:
+        import torch
+
+        host = torch.empty(value.shape, dtype=value.dtype, device="cpu")
+        host.copy_(value.detach(), non_blocking=True)
+        return host
+
+
+class ProcessDoctor(Protocol):
+    """A doctor of a worker process, looked at on each heartbeat: the XLA doctor, or TorchTPU's."""
+
+    def check(self, step: int, own_reads: int, final: bool = False) -> Checkup: ...
 
 
 class StopTraining(Exception):
@@ -52,13 +117,16 @@ class WorkerReporter:
         self._last_progress = 0.0
         self.unsent: tuple[Progress, dict[str, Any]] | None = None
         self._notices: set[str] = set()
-        self.doctor: WorkerDoctor | None = None  # set before the user's code runs, unless the doctor is off
+        self.doctor: ProcessDoctor | None = None  # set before the user's code runs, unless the doctor is off
         self.own_reads = 0  # device values tpu_nb itself read (report()'s lazy loss), which the doctor discounts
         self.history: list[tuple[int | None, dict[str, float]]] = []  # what rank 0 sent: a checkpoint keeps the curve
         self.checkpointer: Checkpointer | None = None  # with --checkpoint: this process's checkpoints
         self.watchdog: StepWatchdog | None = None  # set before the user's code runs, unless --watchdog off
         self.ticks: dict[int, int] = {}  # step() calls per rank: an evaluation moves without changing the step
         self.left: set[int] = set()  # ranks whose user code has returned or raised: the watchdog no longer waits for them
+        self.read_compiles: Callable[[], CompileReading] = xla_compile_reading  # TorchTPU's workers read their own stack's
+        self.device_reads: DeviceReads | None = None  # TorchTPU's: values on the chip, read once copied
+        self._sending_copied = threading.Lock()  # the rank's thread and the heartbeat's: reports keep their order
         self._heartbeat = threading.Thread(target=self._beat, name="tpu_nb-heartbeat", daemon=True)
 
     def enter(self, rank: int, world_size: int) -> None:
@@ -123,16 +191,27 @@ class WorkerReporter:
             self.writer.send(Notice(self.rank, text))
 
     def flush(self) -> None:
-        """Send the last report that the rate limit held back (the run's final step)."""
+        """Send the last report that the rate limit held back (the run's final step), after those still being copied."""
+        self.send_copied(everything=True)
         if self.unsent is not None:
             progress, values = self.unsent
             self.unsent = None
             _send_values(self, progress, values)
 
+    def send_copied(self, everything: bool = False) -> None:
+        """Send the reports whose values have reached the host (TorchTPU)."""
+        if self.device_reads is None:
+            return
+        with self._sending_copied:
+            for progress, values in self.device_reads.ready(everything):
+                _send_values(self, progress, values)
+
     def _beat(self) -> None:
         while True:
             time.sleep(HEARTBEAT_INTERVAL)
-            count, seconds = compile_totals()
+            self.send_copied()  # a loop between reports, or a long last step
+            compiles = self.read_compiles()
+            count, seconds = compiles.count, compiles.seconds
             checkup = self._checkup()
             for index, (rank, step) in enumerate(list(self.steps.items())):
                 phase = self.phases.get(rank, "train")
@@ -143,21 +222,17 @@ class WorkerReporter:
                 self.writer.send(Heartbeat(rank, step, phase, count, seconds, causes, checkup.memory, checkup.cache))
             for diagnosis in checkup.diagnoses if checkup is not None else ():
                 self.writer.send(diagnosis)
-            for stall in self._watch(count):
+            for stall in self._watch(compiles):
                 self.writer.send(stall)
 
-    def _watch(self, compiles_finished: int) -> list[Stalled]:
+    def _watch(self, compiles: CompileReading) -> list[Stalled]:
         """Ranks that stopped moving (the watchdog reads what the heartbeat has read anyway)."""
         watchdog = self.watchdog
         if watchdog is None:
             return []
-        import torch_xla.debug.metrics as met
-
-        started = met.counter_value("UncachedCompile") or 0
-        finished = compiles_finished + (met.counter_value("PersistentCacheHit") or 0)
         # A rank stopping gracefully waits for the others at the stop step: not a stall.
         done = frozenset(self.left) | frozenset(rank for rank, phase in list(self.phases.items()) if phase == "stopping")
-        return watchdog.observe(Activity(dict(self.steps), dict(self.ticks), finished, started), done)
+        return watchdog.observe(Activity(dict(self.steps), dict(self.ticks), compiles.finished, compiles.started), done)
 
     def final_checkup(self) -> None:
         """The doctor's last look when the user's code returns, so a short run's findings reach the summary."""
@@ -180,15 +255,14 @@ class WorkerReporter:
             return None
 
 
-def compile_totals() -> tuple[int, float]:
-    """XLA compilations in this process so far, and their total seconds."""
+def xla_compile_reading() -> CompileReading:
+    """torch_xla's compilations in this process so far (its metrics count one as started before it ends)."""
     import torch_xla.debug.metrics as met
 
     data = met.metric_data("CompileTime")
-    if data is None:
-        return 0, 0.0
-    count, total_ns, _samples = data
-    return int(count), total_ns / 1e9
+    count, seconds = (0, 0.0) if data is None else (int(data[0]), data[1] / 1e9)
+    # A persistent cache hit finishes a started compilation without a CompileTime sample.
+    return CompileReading(count, seconds, met.counter_value("UncachedCompile") or 0, count + (met.counter_value("PersistentCacheHit") or 0))
 
 
 _reporter: WorkerReporter | None = None
@@ -257,7 +331,10 @@ def report(
         reporter.unsent = (progress, values) if reporter.rank == 0 else None
         return
     reporter.unsent = None
-    if any(_is_lazy_tensor(value) for value in values.values()):
+    reporter.send_copied()
+    if reporter.device_reads is not None and reporter.device_reads.wants(values):
+        reporter.device_reads.start(progress, values)  # sent once copied: the chip is never waited for
+    elif any(_is_lazy_tensor(value) for value in values.values()):
         import torch_xla.core.xla_model as xm
 
         # Runs after the next step barrier, when the values exist on the device.

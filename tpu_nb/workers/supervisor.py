@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import multiprocessing
+import multiprocessing.connection
 import os
 import re
 import signal
@@ -66,7 +67,8 @@ def supervise(payload: worker.WorkerPayload, environment: WorkerEnvironment, ker
     # user can act on.
     warnings.filterwarnings("ignore", message=FORK_WARNING.pattern, category=DeprecationWarning)
     environment.apply()
-    _note_what_torch_xla_imports(payload.places.run_dir)
+    if payload.chips is None:  # a TorchTPU run never imports torch_xla
+        _note_what_torch_xla_imports(payload.places.run_dir)
     report = spawn_workers(payload)
     save_report(report, payload.places.run_dir)
     sys.stdout.flush()
@@ -98,7 +100,9 @@ def spawn_workers(payload: worker.WorkerPayload) -> SupervisorReport:
     os.register_at_fork(after_in_child=_become_worker)
     tracker = _ExitTracker()
     try:
-        if payload.mesh is None:
+        if payload.chips is not None:
+            _run_chip_workers(payload.chips.chips)
+        elif payload.mesh is None:
             import torch_xla.distributed.xla_multiprocessing as xmp
 
             xmp.spawn(worker.run_worker, start_method="fork")
@@ -116,6 +120,25 @@ def _run_spmd_worker() -> None:
     process.join()
     if process.exitcode != 0:
         raise RuntimeError(f"the SPMD worker ended with exit code {process.exitcode}")
+
+
+def _run_chip_workers(chips: int) -> None:
+    """TorchTPU: fork a process per chip (from this process, which never loaded torch_tpu) and wait for them.
+
+    A rank that ends with an error ends the wait at once: the others would
+    wait for it forever in their next collective (the kernel then ends them).
+    """
+    context = multiprocessing.get_context("fork")
+    processes = [context.Process(target=worker.run_chip_worker, args=(rank,), name=f"tpu_nb-chip-{rank}") for rank in range(chips)]
+    for process in processes:
+        process.start()
+    running = {process.sentinel: (rank, process) for rank, process in enumerate(processes)}
+    while running:
+        for sentinel in multiprocessing.connection.wait(list(running)):
+            rank, process = running.pop(sentinel)  # type: ignore[arg-type]  # wait() gives back the sentinels it was given
+            process.join()
+            if process.exitcode != 0:
+                raise RuntimeError(f"rank {rank} (pid {process.pid}) ended with exit code {process.exitcode}")
 
 
 def _become_worker() -> None:

@@ -27,24 +27,26 @@ _XLA_UNSAFE_OPTIM = "adamw_torch_fused"
 XLA_SAFE_OPTIM = "adamw_torch"
 
 
-def watch_for_trainer(spmd: bool = False) -> None:
+def watch_for_trainer(spmd: bool = False, xla: bool = True) -> None:
     """Patch `transformers.Trainer` now if it is imported, else as soon as it is.
 
     With `spmd`, a Trainer whose arguments set no FSDP trains with FSDPv2
-    over the mesh's "fsdp" axis.
+    over the mesh's "fsdp" axis. Without `xla` (TorchTPU's workers), only
+    progress, checkpoints and resuming are tpu_nb's: no XLA defaults.
     """
     module = sys.modules.get(_TRAINER_MODULE)
     if module is not None:
-        _patch(module, spmd)
+        _patch(module, spmd, xla)
     else:
-        sys.meta_path.insert(0, _PatchOnImport(spmd))
+        sys.meta_path.insert(0, _PatchOnImport(spmd, xla))
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
     """Patches `transformers.trainer` right after a cell imports it."""
 
-    def __init__(self, spmd: bool) -> None:
+    def __init__(self, spmd: bool, xla: bool) -> None:
         self.spmd = spmd
+        self.xla = xla
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if fullname != _TRAINER_MODULE:
@@ -56,17 +58,17 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
         loader = spec.loader
         original_exec = loader.exec_module
 
-        spmd = self.spmd
+        spmd, xla = self.spmd, self.xla
 
         def exec_module(module: ModuleType) -> None:
             original_exec(module)
-            _patch(module, spmd)
+            _patch(module, spmd, xla)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
-def _patch(module: Any, spmd: bool) -> None:
+def _patch(module: Any, spmd: bool, xla: bool) -> None:
     trainer_class = module.Trainer
     if getattr(trainer_class, "_tpu_nb_patched", False):
         return
@@ -80,7 +82,7 @@ def _patch(module: Any, spmd: bool) -> None:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         model = kwargs["model"] if "model" in kwargs else (args[0] if args else None)
         training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
-        training_args = _prepared(training_args, model, spmd)
+        training_args = _prepared(training_args, model, spmd) if xla else _made(training_args)
         training_args = _checkpointing(training_args)
         if len(args) > 1:
             args = (args[0], training_args, *args[2:])
@@ -102,8 +104,9 @@ def _patch(module: Any, spmd: bool) -> None:
         return original_train(self, resume_from_checkpoint, *args, **kwargs)
 
     trainer_class.train = train
-    _keep_the_seed_through_saves(trainer_class)
-    _mend_xla_fsdp(module)
+    if xla:
+        _keep_the_seed_through_saves(trainer_class)
+        _mend_xla_fsdp(module)
     trainer_class._tpu_nb_patched = True
 
 
@@ -161,12 +164,18 @@ def _keep_the_seed_through_saves(trainer_class: Any) -> None:
     trainer_class._load_rng_state = _load_rng_state
 
 
+def _made(training_args: Any) -> Any:
+    """The Trainer's arguments, made as Trainer itself would when the cell gives none."""
+    if training_args is not None:
+        return training_args
+    from transformers import TrainingArguments
+
+    return TrainingArguments(output_dir="tmp_trainer")
+
+
 def _prepared(training_args: Any, model: Any, spmd: bool) -> Any:
     """The Trainer's arguments, made to work on XLA (and, under --spmd, to shard with FSDPv2)."""
-    if training_args is None:
-        from transformers import TrainingArguments
-
-        training_args = TrainingArguments(output_dir="tmp_trainer")  # what Trainer itself would make
+    training_args = _made(training_args)
     _make_xla_safe(training_args)
     if spmd and not training_args.fsdp:
         training_args = _with_fsdp_v2(training_args, model)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tpu_nb.wire.channel import EventSink
 from tpu_nb.wire.checkpoints import CheckpointPlan
@@ -19,7 +20,9 @@ from tpu_nb.wire.stacks import WatchdogSetting
 from tpu_nb.wire.stop_request import StopRequest
 
 from . import checkpointing, reporting
+from .chip_ranks import ChipRun, start_rank
 from .doctor.probe import WorkerDoctor, analyse_compilations, start_compile_cache
+from .doctor.torch_tpu_doctor import TRACE_DIRECTORY, TorchTpuDoctor
 from .output import capture_output, flush_output, thread_rank
 from .programs import Program, WorkerContext
 from .read_back import materialise_pending
@@ -43,6 +46,7 @@ class WorkerPayload:
     compile_cache: str | None = None  # XLA's persistent compilation cache directory
     checkpoints: CheckpointPlan | None = None  # --checkpoint: where and how often, and what to resume from
     watchdog: WatchdogSetting | None = field(default_factory=WatchdogSetting)  # None: --watchdog off
+    chips: ChipRun | None = None  # a TorchTPU run: a process per chip (not torch_xla's)
 
 
 PAYLOAD: WorkerPayload | None = None
@@ -80,6 +84,19 @@ def run_spmd_worker() -> None:
     thread_rank.value = 0
     context = WorkerContext(0, devices, torch_xla.device(), 1, mesh)
     _run(payload, context, workers=1, device_label=f"{devices} devices, mesh {payload.mesh}")
+
+
+def run_chip_worker(rank: int) -> None:
+    """A TorchTPU rank, in its own process: its chip's environment, the stack, the process group, then the program."""
+    payload = _payload()
+    assert payload.chips is not None
+    capture_output(payload.writer)  # torch_tpu's own words while it starts reach the notebook too
+    # The doctor reads torch_tpu's trace in fused mode, where a record is a graph, not an operator.
+    traced = payload.doctor and payload.chips.mode == "fused"
+    device = start_rank(payload.chips, rank, payload.places.run_dir / TRACE_DIRECTORY if traced else None)
+    thread_rank.value = rank
+    context = WorkerContext(rank, payload.chips.chips, device, 1)
+    _run(payload, context, workers=payload.chips.chips, device_label=f"{device} (chip {rank}, {payload.chips.mode})")
 
 
 def _payload() -> WorkerPayload:
@@ -138,6 +155,14 @@ def _prepare_process(payload: WorkerPayload, reporter: reporting.WorkerReporter,
         arm_stack_dumps(payload.places.run_dir, os.getpid())
         if payload.watchdog is not None:
             reporter.watchdog = StepWatchdog(payload.watchdog)
+        if payload.chips is not None:
+            stack = payload.chips.stack
+            reporter.read_compiles = stack.read_compiles
+            reporter.device_reads = reporting.DeviceReads(context.device.type, stack.make_event)
+            if payload.doctor:
+                trace = os.environ.get("TORCH_TRACE")  # set by start_rank in fused mode, or by the user
+                reporter.doctor = TorchTpuDoctor(context.rank, stack.read_compiles, Path(trace) if trace else None)
+            return  # the XLA compilation cache and doctor are torch_xla's
         cache_on = False
         if payload.compile_cache is not None:
             note = start_compile_cache(payload.compile_cache, context.rank)
@@ -159,5 +184,5 @@ def _reporter_for(payload: WorkerPayload, context: WorkerContext) -> reporting.W
             if payload.checkpoints is not None:
                 world = {"world_size": context.world_size, "mesh": None if payload.mesh is None else str(payload.mesh)}
                 reporter.checkpointer = checkpointing.Checkpointer(payload.checkpoints, payload.writer, world)
-            watch_for_trainer(spmd=payload.mesh is not None)
+            watch_for_trainer(spmd=payload.mesh is not None, xla=payload.chips is None)
         return reporter

@@ -47,3 +47,10 @@ def test_without_gcloud_or_an_image_the_user_is_told_the_three_ways(
 def test_a_local_build_tag_is_the_same_release() -> None:
     hosts = [HostVersions("w-0", "2.9.0", "2.9.0")]
     assert version_problems({"torch": "2.9.0+cpu", "torch_xla": "2.9.0"}, hosts, 1) == []  # Colab's torch, PyPI's on the hosts
+
+
+def test_a_pod_run_on_torch_tpu_is_refused_before_anything_is_asked_of_the_cloud(ip: InteractiveShell) -> None:
+    with capture_output():
+        result = ip.run_cell("%%tpu_train --pod my-slice --backend export --stack torch_tpu\n1")
+    assert isinstance(result.error_in_exec, LaunchRefused)
+    assert "pod runs use torch_xla on every host; TorchTPU runs on this machine's chips only for now" in str(result.error_in_exec)

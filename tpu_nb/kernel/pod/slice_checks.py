@@ -113,6 +113,10 @@ def _option_problems(options: LaunchOptions, program: PodProgram, target: PodTar
         problems.append("--checkpoint: checkpoints are for runs on this machine for now; save from the training cell on a pod.")
     if options.all_results:
         problems.append("all_results=True: a pod run returns rank 0's result; leave all_results out.")
+    if options.stack == "torch_tpu" or options.mode is not None:
+        problems.append(
+            "--stack torch_tpu / --mode: pod runs use torch_xla on every host; TorchTPU runs on this machine's chips only for now."
+        )
     if target.backend not in BACKENDS:
         problems.append(f"--backend {target.backend}: choose one of {', '.join(BACKENDS)}.")
 

@@ -1,0 +1,189 @@
+"""TorchTPU's ranks: one worker process per chip, each given its chip's environment before its TPU runtime starts.
+
+torch_tpu binds a process to its chip when its runtime starts (at the first
+device use), from the variables a launcher sets: the process's place in the
+world (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`) and
+the host's chips (`TORCH_TPU_SLICEBUILDER_ADDRESSES`: one localhost port per
+chip; `TORCH_TPU_TOPOLOGY`: what `torch.tpu.distributed.set_tpu_launch_env`
+gives for that many chips of that generation). A process forked after the
+runtime started is refused ("cannot access or re-initialize TPU in a forked
+subprocess"), so the supervisor forks one per chip from a process that never
+used the device; each sets its variables, loads torch_tpu, sets the
+execution mode, joins the process group ("tpu_dist") and sees its chip as
+`tpu:0`. Read from torch-tpu 0.2.0's sources; not run on a TPU here.
+
+A `ChipStack` says which library, device, process-group backend, mode switch
+and event a rank uses: `TORCH_TPU` on a TPU; the tests put a CPU device and
+gloo in its place (no TPU, and no CPU mode of torch_tpu, exist off a TPU).
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import os
+import socket
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from .reporting import CompileReading
+
+ExecutionMode = Literal["eager", "fused", "compile"]
+EXECUTION_MODES: tuple[ExecutionMode, ...] = ("eager", "fused", "compile")
+RENDEZVOUS_TIMEOUT = datetime.timedelta(minutes=10)
+"""How long a rank waits for the others to join, and in a collective (torch's default is 30 min)."""
+
+# What `set_tpu_launch_env(nproc_per_node=N)` gives as TORCH_TPU_TOPOLOGY (torch_tpu/_internal/utils/hardware.py,
+# 0.2.0's open-source build), by generation and chips on the host.
+TOPOLOGIES: dict[str, dict[int, str]] = {
+    "v5e": {1: "1,1,1", 4: "2,2,1", 8: "2,4,1"},
+    "v6e": {1: "1,1,1", 4: "2,2,1", 8: "2,4,1"},
+    "v4": {1: "1,1,1", 2: "1,2,1", 4: "2,2,1", 8: "2,2,2"},
+    "v5p": {1: "1,1,1", 2: "1,2,1", 4: "2,2,1", 8: "2,2,2"},
+    "v7x": {2: "1,1,1,2", 4: "1,2,1,2", 8: "2,2,1,2"},
+}
+
+
+class Event(Protocol):
+    """What `torch.tpu.Event` offers for a copy to the host: recorded after it is queued, asked without blocking."""
+
+    def record(self) -> None: ...
+
+    def query(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChipStack:
+    """How a rank reaches its chip: the library that registers the device, the device, the process group's backend,
+    how to set the execution mode, the event that says a copy to the host is done, and the compile readings."""
+
+    library: str | None
+    device: str
+    process_group: str
+    set_mode: Callable[[ExecutionMode], None]
+    make_event: Callable[[], Event]
+    read_compiles: Callable[[], CompileReading]
+
+
+@dataclass(frozen=True, slots=True)
+class ChipRun:
+    """A TorchTPU run on this host: a process per chip."""
+
+    stack: ChipStack
+    generation: str
+    chips: int
+    mode: ExecutionMode
+    master_port: int
+    chip_ports: tuple[int, ...]  # one per chip: TorchTPU's slice builder on each
+
+    @classmethod
+    def plan(cls, stack: ChipStack, generation: str, chips: int, mode: ExecutionMode) -> ChipRun:
+        """A run of `chips` processes, with ports free on this host now for the rendezvous and each chip."""
+        ports = free_ports(chips + 1)
+        return cls(stack, generation, chips, mode, ports[0], tuple(ports[1:]))
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports free on this host now (held open together, so none is given twice)."""
+    with ExitStack() as held:
+        probes = [held.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
+
+
+def rank_environment(run: ChipRun, rank: int) -> dict[str, str]:
+    """The variables rank `rank` sets before its runtime starts: its place in the world, the rendezvous, the host's chips."""
+    if run.chips == 1:
+        return {}  # one chip: a plain process, which TorchTPU binds to chip 0
+    topology = TOPOLOGIES.get(run.generation, {}).get(run.chips)
+    if topology is None:
+        counts = ", ".join(map(str, TOPOLOGIES.get(run.generation, {}))) or "none known to tpu_nb"
+        raise ValueError(f"TorchTPU runs {counts} processes on a TPU {run.generation} host, not {run.chips}")
+    return {
+        "WORLD_SIZE": str(run.chips),
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(run.chips),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(run.master_port),
+        "TORCH_TPU_SLICEBUILDER_ADDRESSES": ",".join(f"localhost:{port}" for port in run.chip_ports),
+        "TORCH_TPU_TOPOLOGY": topology,
+    }
+
+
+def start_rank(run: ChipRun, rank: int, trace_dir: Path | None = None) -> Any:
+    """In rank `rank`'s process: set its environment, load the stack, set the mode, join the others; its device.
+
+    `trace_dir`: where torch_tpu traces what it compiles, for the doctor (TORCH_TRACE, read when it loads; a
+    user's own TORCH_TRACE wins).
+    """
+    import torch
+
+    os.environ.update(rank_environment(run, rank))
+    if trace_dir is not None and "TORCH_TRACE" not in os.environ:
+        os.environ["TORCH_TRACE"] = str(trace_dir)
+        _restart_torch_trace()
+    if run.stack.library is not None:
+        importlib.import_module(run.stack.library)
+    run.stack.set_mode(run.mode)
+    if run.chips > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group(run.stack.process_group, rank=rank, world_size=run.chips, timeout=RENDEZVOUS_TIMEOUT)
+    return torch.device(run.stack.device)
+
+
+def _restart_torch_trace() -> None:
+    """Make torch's structured log (already set up when the notebook imported torch) follow TORCH_TRACE, in this rank.
+
+    torch reads TORCH_TRACE once, at import, into a lazy handler that opens
+    its file at the first record; a fresh one now writes where this rank's
+    TORCH_TRACE says, and torch_tpu traces into it from its load on.
+    """
+    import torch._logging._internal as torch_logging
+
+    torch_logging.LOG_TRACE_HANDLER = None
+    torch_logging._init_logs()
+
+
+def _set_torch_tpu_mode(mode: ExecutionMode) -> None:
+    """torch_tpu's eager mode, set after it loaded (its TORCH_TPU_DEFER_AND_FUSE variable is read once, at load).
+
+    compile: strict eager around the graphs torch.compile(backend="tpu") makes.
+    """
+    tpu = _torch_tpu()
+    tpu.eager_mode = tpu.EagerMode.DEFER_AND_FUSE if mode == "fused" else tpu.EagerMode.DEFER_NEVER
+
+
+def _torch_tpu_event() -> Event:
+    return _torch_tpu().Event()  # type: ignore[no-any-return]
+
+
+def _torch_tpu() -> Any:
+    """`torch.tpu`, the device module torch_tpu registers when it loads on a TPU host."""
+    import torch
+
+    return torch.tpu  # type: ignore[attr-defined]
+
+
+def torch_tpu_compile_reading() -> CompileReading:
+    """torch_tpu's compilations so far, from its compilation cache's statistics (zero where this build has none).
+
+    `torch.tpu._get_cache_stats` is private and version-gated: read through
+    `cache_stats`, which refuses a format it does not know.
+    """
+    from .doctor.torch_tpu_readings import cache_stats
+
+    read = getattr(_torch_tpu(), "_get_cache_stats", None)
+    stats = cache_stats(read()) if read is not None else None
+    if stats is None:
+        return CompileReading(0, 0.0, 0, 0)
+    # Counted once finished: a compilation still running is not in the statistics.
+    return CompileReading(stats.compilations, stats.compile_seconds, stats.compilations, stats.compilations)
+
+
+TORCH_TPU = ChipStack("torch_tpu", "tpu:0", "tpu_dist", _set_torch_tpu_mode, _torch_tpu_event, torch_tpu_compile_reading)
