@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from support.platforms import MakeSystem
@@ -24,6 +27,7 @@ from tpu_nb.kernel.errors import LaunchRefused, WorkerError
 from tpu_nb.kernel.followed_run import run_in_foreground
 from tpu_nb.kernel.local_run import Run
 from tpu_nb.kernel.options import LaunchOptions
+from tpu_nb.wire.checkpoints import list_checkpoints
 from tpu_nb.wire.events import Event, Heartbeat, Progress, Stopping, WorkerStarted
 from tpu_nb.workers.programs import FunctionProgram
 
@@ -228,3 +232,57 @@ def test_an_operator_torch_tpu_lacks_is_explained_with_the_fix(torch_tpu: None) 
     with pytest.raises(WorkerError) as raised:
         tpu_nb.launch(missing_op, progress=False, timeout=120)
     assert "aten::_upsample_bilinear2d_aa.out has no TPU kernel. Fix: move" in "\n".join(raised.value._render_traceback_())
+
+
+def train_with_checkpoints(steps: int) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    start = tpu_nb.checkpoint.track(model=model.module, optimizer=optimizer)
+    data = torch.randn(4, 8, generator=torch.Generator().manual_seed(dist.get_rank()))
+    for step in range(start, steps):
+        loss = model(data).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        tpu_nb.report(step=step, loss=loss, max_steps=steps)
+    return {"start": start, "weight": model.module.weight.detach().clone()}
+
+
+def test_checkpoints_are_saved_verified_and_resumed_from(torch_tpu: None, tmp_path: Path) -> None:
+    directory = str(tmp_path / "checkpoints")
+    whole = tpu_nb.launch(train_with_checkpoints, 12, progress=False, timeout=120)
+    first = tpu_nb.launch(train_with_checkpoints, 6, progress=False, checkpoint=directory, every="3steps", timeout=120)
+    assert first["start"] == 0
+    assert [(saved.step, saved.state) for saved in list_checkpoints(directory)] == [(3, "verified"), (5, "verified")]  # and at the end
+    resumed = tpu_nb.launch(train_with_checkpoints, 12, progress=False, checkpoint=directory, resume=True, timeout=120)
+    assert resumed["start"] == 6
+    assert torch.equal(resumed["weight"], whole["weight"])  # as if never stopped
+
+
+def wait_in_a_barrier_for_a_rank_that_never_comes() -> None:
+    import time
+
+    import torch.distributed as dist
+
+    if dist.get_rank() == 3:
+        time.sleep(600)
+    dist.barrier()
+
+
+def test_kill_ends_ranks_waiting_in_a_collective(torch_tpu: None) -> None:
+    events = Events()
+    run = Run(FunctionProgram(wait_in_a_barrier_for_a_rank_that_never_comes, ()), LaunchOptions(progress=False), "kill", [events])
+
+    def kill_once_every_rank_started() -> None:
+        if wait_until(lambda: len(events.of(WorkerStarted)) == 4, 60):
+            time.sleep(1)
+            run.request_kill()
+
+    threading.Thread(target=kill_once_every_rank_started).start()
+    ending = run_in_foreground(run)
+    assert ending.status == "interrupted", ending.text
+    assert wait_until(lambda: not descendants(os.getpid()), 10), descendants(os.getpid())
