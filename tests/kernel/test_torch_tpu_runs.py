@@ -23,6 +23,7 @@ from support.processes import descendants, wait_until
 from support.torch_tpu_stand_in import install
 
 import tpu_nb
+from tpu_nb.kernel import local_run
 from tpu_nb.kernel.errors import LaunchRefused, WorkerError
 from tpu_nb.kernel.followed_run import run_in_foreground
 from tpu_nb.kernel.local_run import Run
@@ -286,3 +287,29 @@ def test_kill_ends_ranks_waiting_in_a_collective(torch_tpu: None) -> None:
     ending = run_in_foreground(run)
     assert ending.status == "interrupted", ending.text
     assert wait_until(lambda: not descendants(os.getpid()), 10), descendants(os.getpid())
+
+
+def names_its_trainer() -> str:
+    from transformers import Trainer
+
+    return Trainer.__name__
+
+
+def test_the_dashboard_says_the_mode_and_why(torch_tpu: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    labels: list[str] = []
+    make_display = local_run.make_display
+
+    def recording(title: str, label: str, workers: int) -> Any:
+        labels.append(label)
+        return make_display(title, label, workers)
+
+    monkeypatch.setattr(local_run, "make_display", recording)
+    with capture_output():
+        tpu_nb.launch(print, "a loop", timeout=120)
+        assert tpu_nb.launch(names_its_trainer, timeout=120) == "Trainer"
+        tpu_nb.launch(print, "compiled", mode="compile", timeout=120)
+    assert labels == [
+        "Cloud TPU VM · TPU v4 × 4 · TorchTPU · fused (a loop's default)",
+        "Cloud TPU VM · TPU v4 × 4 · TorchTPU · eager (a Trainer's default)",
+        "Cloud TPU VM · TPU v4 × 4 · TorchTPU · compile (--mode)",
+    ]

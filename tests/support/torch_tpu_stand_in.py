@@ -65,6 +65,7 @@ def install(monkeypatch: pytest.MonkeyPatch, make_system: MakeSystem) -> Runtime
         local_run, "detect", lambda stack=None: detect(make_system("cloud_tpu_vm_v4_8", packages=TORCH_TPU_PACKAGES), stack)
     )
     monkeypatch.setattr(chip_ranks, "TORCH_TPU", STAND_IN)
+    monkeypatch.setattr(local_run, "tpu_info_installed", lambda: False)  # no libtpu metrics here to read the chips' figures from
     # Imported first, as they are: modules that import torch_xla at import time when it is there must keep it,
     # for the tests that come after this one in the same process.
     import accelerate.accelerator
