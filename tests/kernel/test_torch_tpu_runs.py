@@ -313,3 +313,17 @@ def test_the_dashboard_says_the_mode_and_why(torch_tpu: None, monkeypatch: pytes
         "Cloud TPU VM · TPU v4 × 4 · TorchTPU · eager (a Trainer's default)",
         "Cloud TPU VM · TPU v4 × 4 · TorchTPU · compile (--mode)",
     ]
+
+
+def test_a_rank_whose_stack_cannot_start_says_why_like_an_error_in_the_cell(torch_tpu: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from support import torch_tpu_stand_in
+
+    from tpu_nb.workers import chip_ranks
+
+    monkeypatch.setattr(chip_ranks, "TORCH_TPU", replace(torch_tpu_stand_in.STAND_IN, library="torch_tpu_that_is_not_there"))
+    with pytest.raises(WorkerError) as raised:
+        tpu_nb.launch(print, "never runs", progress=False, timeout=120)
+    assert "ModuleNotFoundError: No module named 'torch_tpu_that_is_not_there'" in str(raised.value)
+    assert wait_until(lambda: not descendants(os.getpid()), 10), descendants(os.getpid())

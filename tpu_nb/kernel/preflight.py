@@ -58,8 +58,9 @@ def _stack_problems(info: RuntimeInfo, options: LaunchOptions, trainer: bool) ->
         if counts is None:
             problems.append(f"TorchTPU does not run on TPU {info.tpu.generation} (it knows {', '.join(TOPOLOGIES)}): use torch_xla there.")
         elif chips != 1 and chips not in counts:
+            asked = f"--cores {chips}" if options.cores else f"This host's {chips} chips"
             problems.append(
-                f"--cores {chips}: TorchTPU runs {', '.join(map(str, counts))} processes on a TPU {info.tpu.generation} host "
-                "(one per chip); choose one of those."
+                f"{asked}: TorchTPU runs {', '.join(map(str, counts))} processes on a TPU {info.tpu.generation} host "
+                "(one per chip); choose one of those with --cores."
             )
     return problems

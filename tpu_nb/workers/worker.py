@@ -93,7 +93,11 @@ def run_chip_worker(rank: int) -> None:
     capture_output(payload.writer)  # torch_tpu's own words while it starts reach the notebook too
     # The doctor reads torch_tpu's trace in fused mode, where a record is a graph, not an operator.
     traced = payload.doctor and payload.chips.mode == "fused"
-    device = start_rank(payload.chips, rank, payload.places.run_dir / TRACE_DIRECTORY if traced else None)
+    try:
+        device = start_rank(payload.chips, rank, payload.places.run_dir / TRACE_DIRECTORY if traced else None)
+    except Exception as error:  # noqa: BLE001 - torch_tpu refusing to start (its environment, the rendezvous) goes to the kernel
+        _say_raised(payload, rank, payload.chips.chips, error)
+        return
     thread_rank.value = rank
     context = WorkerContext(rank, payload.chips.chips, device, 1)
     _run(payload, context, workers=payload.chips.chips, device_label=f"{device} (chip {rank}, {payload.chips.mode})")
@@ -119,11 +123,8 @@ def _run(payload: WorkerPayload, context: WorkerContext, workers: int, device_la
         result = payload.program.run(context)
     except BaseException as error:  # noqa: BLE001 - everything the user's code raises goes to the kernel
         reporter.leave(rank)
-        report = ExceptionReport.of(rank, workers, error, format_user_traceback(error))
-        save_exception(report, payload.places.run_dir)
         _finish_checkpoints(reporter)  # one being written was of a good step: kept
-        flush_output()
-        payload.writer.send(WorkerRaised(rank, f"{report.type_name}: {report.message}"[:500]))
+        _say_raised(payload, rank, workers, error)
         return
     reporter.leave(rank)
     reporter.flush()
@@ -136,6 +137,14 @@ def _run(payload: WorkerPayload, context: WorkerContext, workers: int, device_la
         save_result(result, payload.places, rank)
     flush_output()
     payload.writer.send(WorkerFinished(rank))
+
+
+def _say_raised(payload: WorkerPayload, rank: int, workers: int, error: BaseException) -> None:
+    """Tell the kernel this rank raised: its report (with the traceback) saved for the notebook, then the event."""
+    report = ExceptionReport.of(rank, workers, error, format_user_traceback(error))
+    save_exception(report, payload.places.run_dir)
+    flush_output()
+    payload.writer.send(WorkerRaised(rank, f"{report.type_name}: {report.message}"[:500]))
 
 
 def _finish_checkpoints(reporter: reporting.WorkerReporter) -> None:
