@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tpu_nb.runtime import Accelerator, Platform, RuntimeInfo
-from tpu_nb.runtime.tpu_stacks import STACK_NAMES, StackName
+from tpu_nb.runtime.info import STACK_NAMES, StackName
 from tpu_nb.wire.checkpoints import CheckpointError, CheckpointPlan, parse_duration
 from tpu_nb.wire.mesh import MeshError, MeshShape
 from tpu_nb.wire.stacks import WatchdogSetting

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .device_holders import is_tpu_device, tpu_device_holders
-from .info import Accelerator, Platform, RuntimeInfo, TpuInfo, Versions
+from .info import Accelerator, Platform, RuntimeInfo, StackName, TpuInfo, Versions
 from .problems import Findings, problems_of
 from .system import PciDevice, SystemView
-from .tpu_stacks import StackName, choose_stack
+from .tpu_stacks import choose_stack
 from .versions import install_command, xla_install
 
 # Variables some platforms preset for a single-process topology; with them a

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from .device_holders import DeviceHolder
-
-if TYPE_CHECKING:
-    from .tpu_stacks import StackChoice
 
 Severity = Literal["error", "warning", "info"]
 
@@ -68,6 +65,44 @@ class Versions:
     libtpu: str | None
     transformers: str | None
     torch_tpu: str | None = None  # TorchTPU, PyTorch/XLA's successor
+
+
+StackName = Literal["torch_xla", "torch_tpu"]
+STACK_NAMES: tuple[StackName, ...] = ("torch_xla", "torch_tpu")
+
+
+@dataclass(frozen=True, slots=True)
+class StackStatus:
+    """One stack: its version, and what keeps it from working with this environment's torch (None: nothing), with the fix."""
+
+    name: StackName
+    version: str | None
+    missing: str | None
+    fix: str | None = None
+
+    @property
+    def works(self) -> bool:
+        return self.missing is None
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {self.version}" if self.version else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class StackChoice:
+    """Which stack `%%tpu_train` uses and why, beside every stack's status."""
+
+    chosen: StackName
+    why: str
+    stacks: tuple[StackStatus, ...]
+
+    def status(self, name: StackName) -> StackStatus:
+        return next(stack for stack in self.stacks if stack.name == name)
+
+    @property
+    def used(self) -> StackStatus:
+        return self.status(self.chosen)
 
 
 @dataclass(frozen=True, slots=True)

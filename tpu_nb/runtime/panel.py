@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .device_holders import DeviceHolder, describe_age
-from .info import Problem, RuntimeInfo, Severity
-from .tpu_stacks import StackStatus
+from .info import Problem, RuntimeInfo, Severity, StackStatus
 
 _SEVERITY_COLOURS: dict[Severity, str] = {
     "error": "#c62828",

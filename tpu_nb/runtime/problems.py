@@ -10,9 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .device_holders import DeviceHolder, Origin
-from .info import Problem, TpuInfo, Versions
+from .info import Problem, StackChoice, TpuInfo, Versions
 from .system import SystemView, torch_tpu_backend_loaded, torch_tpu_runtime_started, xla_runtime_started
-from .tpu_stacks import StackChoice
 from .versions import expected_libtpu, has_matching_xla, libtpu_matches, release
 
 TORCH_XLA_MISSING = "torch_xla_missing"

@@ -8,51 +8,11 @@ Pure logic on installed versions: nothing here imports either stack.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
-from .info import Versions
+from .info import StackChoice, StackName, StackStatus, Versions
 from .versions import has_matching_xla, major_minor, release
-
-StackName = Literal["torch_xla", "torch_tpu"]
-STACK_NAMES: tuple[StackName, ...] = ("torch_xla", "torch_tpu")
 
 TORCH_FOR_TORCH_TPU = ((2, 11), (2, 15))
 """The torch releases torch-tpu 0.2.0 accepts (its `Requires-Dist: torch>=2.11.0,<=2.15.0`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class StackStatus:
-    """One stack: its version, and what keeps it from working with this environment's torch (None: nothing), with the fix."""
-
-    name: StackName
-    version: str | None
-    missing: str | None
-    fix: str | None = None
-
-    @property
-    def works(self) -> bool:
-        return self.missing is None
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} {self.version}" if self.version else self.name
-
-
-@dataclass(frozen=True, slots=True)
-class StackChoice:
-    """Which stack `%%tpu_train` uses and why, beside every stack's status."""
-
-    chosen: StackName
-    why: str
-    stacks: tuple[StackStatus, ...]
-
-    def status(self, name: StackName) -> StackStatus:
-        return next(stack for stack in self.stacks if stack.name == name)
-
-    @property
-    def used(self) -> StackStatus:
-        return self.status(self.chosen)
 
 
 def stack_statuses(versions: Versions) -> tuple[StackStatus, StackStatus]:

@@ -27,9 +27,9 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-from .reporting import CompileReading
+from .reporting import CompileReading, Event
 
 ExecutionMode = Literal["eager", "fused", "compile"]
 EXECUTION_MODES: tuple[ExecutionMode, ...] = ("eager", "fused", "compile")
@@ -45,14 +45,6 @@ TOPOLOGIES: dict[str, dict[int, str]] = {
     "v5p": {1: "1,1,1", 2: "1,2,1", 4: "2,2,1", 8: "2,2,2"},
     "v7x": {2: "1,1,1,2", 4: "1,2,1,2", 8: "2,2,1,2"},
 }
-
-
-class Event(Protocol):
-    """What `torch.tpu.Event` offers for a copy to the host: recorded after it is queued, asked without blocking."""
-
-    def record(self) -> None: ...
-
-    def query(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

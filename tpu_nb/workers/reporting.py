@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from tpu_nb.wire.stop_request import StopRequest
     from tpu_nb.workers.checkpointing import Checkpointer
 
-    from .chip_ranks import Event
     from .doctor.probe import Checkup
     from .watchdog import StepWatchdog
 
@@ -43,6 +42,14 @@ class CompileReading:
     seconds: float
     started: int
     finished: int
+
+
+class Event(Protocol):
+    """What `torch.tpu.Event` offers for a copy to the host: recorded after it is queued, asked without blocking."""
+
+    def record(self) -> None: ...
+
+    def query(self) -> bool: ...
 
 
 class DeviceReads:
