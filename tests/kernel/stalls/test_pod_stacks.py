@@ -138,3 +138,15 @@ def test_a_silent_host_is_asked_about_once_per_silence() -> None:
     clock.now += 5.0 + SILENT_EXTRA + 1
     assert stacks.on_silence() is not None
     assert PodStacks(None, hosts, CELLS, clock).on_silence() is None  # --watchdog off
+
+
+def test_a_host_with_one_rank_done_and_another_at_work_is_still_watched_for_silence() -> None:
+    clock, hosts = Clock(), Hosts()
+    stacks = PodStacks(WatchdogSetting(5.0), hosts, CELLS, clock)
+    for rank in (0, 1):
+        stacks.on_event(0, WorkerStarted(rank, 2, 500, "xla:0", THREAD + rank))
+        stacks.on_event(0, Heartbeat(rank, 3, "train", 1, 1.0))
+    stacks.on_event(0, WorkerFinished(0))
+    clock.now = 5.0 + SILENT_EXTRA + 1
+    request = stacks.on_silence()
+    assert request is not None and request.expected == frozenset({(0, 500)})  # rank 1's process, still at work

@@ -107,7 +107,7 @@ class PodStacks:
         limit = (self._setting.seconds or MIN_THRESHOLD) + SILENT_EXTRA
         now = self._clock()
         with self._lock:
-            running = {host for host, _rank in self._steps} - {host for host, _rank in self._done}
+            running = {host for host, rank in self._steps if (host, rank) not in self._done}  # a host with a rank still at work
             silent = sorted(host for host in running if now - self._heard.get(host, now) > limit and host not in self._silence_said)
             self._silence_said.update(silent)
         if not silent:
