@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
@@ -19,6 +20,20 @@ from support.platforms import fake_torch_xla, make_system  # noqa: F401 - fixtur
 # file) keeps the directory out when pytest walks tests/. Named on the command line, a path is collected
 # anyway; tests/torch_tpu_env/conftest.py then stops the run with a usage error naming the make target.
 collect_ignore = [] if os.environ.get("TPU_NB_TORCH_TPU_ENV") == "1" else ["torch_tpu_env"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sigint_raises_keyboard_interrupt() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in pytest's process, as in a notebook's kernel, however pytest was started.
+
+    Tests interrupt themselves the way Jupyter does. A process started in the
+    background by a non-interactive shell ignores SIGINT, and Python then
+    installs no handler: those tests would wait forever for an interrupt that
+    never arrives.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture
