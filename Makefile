@@ -39,6 +39,13 @@ test: install
 # transformers' Trainer starts torch's compile-worker processes; Kaggle's
 # torch 2.8.0+cpu has no triton and starts none (nor does torch 2.9).
 COMPAT_IMAGES := colab kaggle
+# Not run against the images: the browser tests (JupyterLab's runs in `make test`, the classic Notebook's
+# below); the pod-slice tests (about 4 minutes of each suite): a pod's hosts run their own packages (a
+# Cloud TPU VM's or a GKE node's), never Colab's or Kaggle's, and the notebook's side of a pod run is plain
+# Python (gcloud or kubectl, files, host lines), tested in `make test` (every tutorial runs, 05_pod_slice
+# too); and TorchTPU's runs, which need torch 2.11 or newer (the images have 2.9 and 2.8): they run in
+# `make test` and in TorchTPU's own environment (test-torch-tpu).
+NOT_IN_IMAGES := tests/browser tests/kernel/pod tests/real_kernel/test_pod_kernel.py tests/kernel/test_torch_tpu_runs.py
 
 test-compat: install $(COMPAT_IMAGES:%=.venv-%/.image-installed) test-torch-tpu
 	set -e; for image in $(COMPAT_IMAGES); do \
@@ -46,7 +53,7 @@ test-compat: install $(COMPAT_IMAGES:%=.venv-%/.image-installed) test-torch-tpu
 		mkdir -p build/compat-$$image; \
 		cd build/compat-$$image; \
 		PJRT_DEVICE=CPU TORCH_WARM_POOL=0 ../../.venv-$$image/run-python -P -m pytest -c ../../setup.cfg --rootdir ../.. \
-			../../tests --ignore=../../tests/browser; \
+			../../tests $(NOT_IN_IMAGES:%=--ignore=../../%); \
 		cd ../..; \
 	done
 	TPU_NB_CLASSIC_NOTEBOOK_PYTHON=$(CURDIR)/.venv-colab/run-python PJRT_DEVICE=CPU TORCH_WARM_POOL=0 \
