@@ -8,6 +8,7 @@ default and nothing left running (see tests/support/torch_tpu_stand_in.py).
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 import time
@@ -324,7 +325,10 @@ def test_a_rank_whose_stack_cannot_start_says_why_like_an_error_in_the_cell(torc
 
     from tpu_nb.workers import chip_ranks
 
-    monkeypatch.setattr(chip_ranks, "TORCH_TPU", replace(torch_tpu_stand_in.STAND_IN, library="torch_tpu_that_is_not_there"))
+    def load_a_missing_library() -> None:
+        importlib.import_module("torch_tpu_that_is_not_there")
+
+    monkeypatch.setattr(chip_ranks, "TORCH_TPU", replace(torch_tpu_stand_in.STAND_IN, load=load_a_missing_library))
     with pytest.raises(WorkerError) as raised:
         tpu_nb.launch(print, "never runs", progress=False, timeout=120)
     assert "ModuleNotFoundError: No module named 'torch_tpu_that_is_not_there'" in str(raised.value)

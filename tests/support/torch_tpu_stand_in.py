@@ -50,7 +50,11 @@ def _record_mode(mode: str) -> None:
     os.environ[MODE_SEEN] = mode
 
 
-STAND_IN = ChipStack(None, "cpu", "gloo", _record_mode, StandInEvent, lambda: CompileReading(0, 0.0, 0, 0))
+def _load_nothing() -> None:
+    """The stand-in's device and process group (cpu, gloo) are torch's own: nothing to load."""
+
+
+STAND_IN = ChipStack(_load_nothing, "cpu", "gloo", _record_mode, StandInEvent, lambda: CompileReading(0, 0.0, 0, 0))
 
 
 def install(monkeypatch: pytest.MonkeyPatch, make_system: MakeSystem) -> RuntimeInfo:

@@ -8,19 +8,21 @@ chip; `TORCH_TPU_TOPOLOGY`: what `torch.tpu.distributed.set_tpu_launch_env`
 gives for that many chips of that generation). A process forked after the
 runtime started is refused ("cannot access or re-initialize TPU in a forked
 subprocess"), so the supervisor forks one per chip from a process that never
-used the device; each sets its variables, loads torch_tpu, sets the
-execution mode, joins the process group ("tpu_dist") and sees its chip as
-`tpu:0`. Read from torch-tpu 0.2.0's sources; not run on a TPU here.
+used the device; each sets its variables, loads torch_tpu's backend, sets
+the execution mode, joins the process group ("tpu_dist") and sees its chip as
+`tpu:0`. Read from torch-tpu 0.2.0's sources; its loading runs for real in the
+tests of `make test-torch-tpu` (only libtpu's count of chips replaced), the
+rest is not run on a TPU here.
 
-A `ChipStack` says which library, device, process-group backend, mode switch
-and event a rank uses: `TORCH_TPU` on a TPU; the tests put a CPU device and
-gloo in its place (no TPU, and no CPU mode of torch_tpu, exist off a TPU).
+A `ChipStack` says how a rank loads its backend, which device, process-group
+backend, mode switch and event it uses: `TORCH_TPU` on a TPU; the tests put a
+CPU device and gloo in its place (no TPU, and no CPU mode of torch_tpu, exist
+off a TPU).
 """
 
 from __future__ import annotations
 
 import datetime
-import importlib
 import os
 import socket
 from collections.abc import Callable
@@ -49,10 +51,10 @@ TOPOLOGIES: dict[str, dict[int, str]] = {
 
 @dataclass(frozen=True, slots=True)
 class ChipStack:
-    """How a rank reaches its chip: the library that registers the device, the device, the process group's backend,
-    how to set the execution mode, the event that says a copy to the host is done, and the compile readings."""
+    """How a rank reaches its chip: what loads the backend that registers the device, the device, the process group's
+    backend, how to set the execution mode, the event that says a copy to the host is done, and the compile readings."""
 
-    library: str | None
+    load: Callable[[], None]
     device: str
     process_group: str
     set_mode: Callable[[ExecutionMode], None]
@@ -119,8 +121,7 @@ def start_rank(run: ChipRun, rank: int, trace_dir: Path | None = None) -> Any:
     if trace_dir is not None and "TORCH_TRACE" not in os.environ:
         os.environ["TORCH_TRACE"] = str(trace_dir)
         _restart_torch_trace()
-    if run.stack.library is not None:
-        importlib.import_module(run.stack.library)
+    run.stack.load()
     run.stack.set_mode(run.mode)
     if run.chips > 1:
         import torch.distributed as dist
@@ -140,6 +141,33 @@ def _restart_torch_trace() -> None:
 
     torch_logging.LOG_TRACE_HANDLER = None
     torch_logging._init_logs()
+
+
+def load_torch_tpu() -> None:
+    """Load torch_tpu's backend in this rank: the `tpu` device and the `tpu_dist` process group.
+
+    `%load_ext tpu_nb` turned torch's backend autoloading off in the notebook
+    (TORCH_DEVICE_BACKEND_AUTOLOAD=0, kernel/torch_tpu_guard.py), and the rank
+    inherits that: importing torch_tpu then registers nothing. So the rank
+    calls torch_tpu's own loader, `torch_tpu._loader.load` (what torch's
+    `torch.backends` entry point names), as autoloading would have; it
+    registers the backend when libtpu counts a chip on the PCI bus.
+    """
+    import torch
+    import torch.distributed as dist
+    from torch_tpu import _loader  # type: ignore[import-not-found]  # only in TorchTPU's environment
+
+    _loader.load()
+    if torch._C._get_privateuse1_backend_name() != "tpu" or "tpu_dist" not in dist.Backend.backend_list:
+        raise BackendNotRegistered(
+            "torch_tpu registered no 'tpu' device in this process: its loader found no TPU chip on the PCI bus "
+            "(torch_tpu._internal.utils.hardware.get_tpu_device_count() is 0). Run on a TPU VM, or give this container the "
+            "host's /sys/bus/pci and its TPU devices (/dev/vfio or /dev/accel*), then run the cell again."
+        )
+
+
+class BackendNotRegistered(RuntimeError):
+    """torch_tpu loaded but registered no TPU device: the rank cannot start (said in the cell with the fix)."""
 
 
 def _set_torch_tpu_mode(mode: ExecutionMode) -> None:
@@ -178,4 +206,4 @@ def torch_tpu_compile_reading() -> CompileReading:
     return CompileReading(stats.compilations, stats.compile_seconds, stats.compilations, stats.compilations)
 
 
-TORCH_TPU = ChipStack("torch_tpu", "tpu:0", "tpu_dist", _set_torch_tpu_mode, _torch_tpu_event, torch_tpu_compile_reading)
+TORCH_TPU = ChipStack(load_torch_tpu, "tpu:0", "tpu_dist", _set_torch_tpu_mode, _torch_tpu_event, torch_tpu_compile_reading)
