@@ -17,24 +17,27 @@ from tpu_nb.kernel.deadlines import Deadline
 from tpu_nb.kernel.endings import Ending
 from tpu_nb.kernel.followed_run import FollowedRun, run_in_foreground
 from tpu_nb.kernel.options import LaunchOptions
+from tpu_nb.wire.events import Event, Notice, Progress
 from tpu_nb.wire.stacks import StackReport
 
 
 class ScriptedRun(FollowedRun):
     """A run whose processes do what the test says."""
 
-    def __init__(self, options: LaunchOptions, reaches_stop: bool = True) -> None:
-        super().__init__(options, "scripted")
+    def __init__(self, options: LaunchOptions, reaches_stop: bool = True, stop_takes: float = 0.0) -> None:
+        super().__init__(options, "scripted", observers=[self])
         self.reaches_stop = reaches_stop
+        self.stop_takes = stop_takes  # seconds from the stop's request to its step boundary
+        self.stop_asked_at: float | None = None
+        self.delivered: list[Event] = []
         self.failed = False
         self.finished = False
         self.stop_asked = False
         self.ended_with: list[str | None] = []
         self.released = False
 
-    @property
-    def stopping_note(self) -> str:
-        return "stopping"
+    def on_event(self, event: Event) -> None:
+        self.delivered.append(event)
 
     def stacks(self) -> StackReport:
         return StackReport("asked for", (), "no processes in a scripted run", "none")
@@ -46,16 +49,17 @@ class ScriptedRun(FollowedRun):
         time.sleep(min(timeout, 0.01))
 
     def _ended_by_itself(self) -> bool:
-        return self.finished or (self.stop_asked and self.reaches_stop)
+        return self.finished or self._stop_reached()
 
     def _worker_failed(self) -> bool:
         return self.failed
 
     def _stop_reached(self) -> bool:
-        return self.stop_asked and self.reaches_stop
+        asked_at = self.stop_asked_at
+        return asked_at is not None and self.reaches_stop and time.monotonic() - asked_at >= self.stop_takes
 
     def _ask_to_stop(self) -> None:
-        self.stop_asked = True
+        self.stop_asked, self.stop_asked_at = True, time.monotonic()
 
     def _end_everything(self) -> None:
         self.ended_with.append(self._stop_reason)
@@ -112,6 +116,32 @@ def test_a_graceful_stop_that_never_reaches_a_step_is_hard_after_its_grace() -> 
     started = time.monotonic()
     follow(run)
     assert run.ended_with == ["interrupt"] and time.monotonic() - started >= 0.2
+
+
+def test_a_graceful_stop_waits_as_long_as_the_runs_steps_take_and_says_so() -> None:
+    """Steps of 0.5 s and a 0.2 s grace: the stop is reached 0.6 s after it was asked, and nothing is ended hard."""
+    run = ScriptedRun(LaunchOptions(stop_grace=0.2), stop_takes=0.6)
+    run.start()
+    run._deliver(Progress(0, 1, {"loss": 1.0}))
+    time.sleep(0.5)  # the step's length, as rank 0's reports show it
+    run._deliver(Progress(0, 2, {"loss": 0.9}))
+    run.request_stop()
+    follow(run)
+    assert run.ended and run.ended_with == []  # reached its step boundary: no hard stop
+    notes = [event.text for event in run.delivered if isinstance(event, Notice)]
+    assert len(notes) == 1 and notes[0].startswith(
+        "stopping at the next step boundary every worker reaches after step 2: a step takes about 0.5s, so within about 1."
+    )
+    assert notes[0].endswith("; interrupt again to stop at once.")
+    hard = ScriptedRun(LaunchOptions(stop_grace=0.2), reaches_stop=False)  # the same steps, and a rank that never gets there
+    hard.start()
+    hard._deliver(Progress(0, 1, {}))
+    time.sleep(0.5)
+    hard._deliver(Progress(0, 2, {}))
+    hard.request_stop()
+    asked = time.monotonic()
+    follow(hard)
+    assert hard.ended_with == ["interrupt"] and time.monotonic() - asked >= 1.0  # two steps of 0.5 s at least
 
 
 def test_in_the_foreground_a_second_interrupt_ends_at_once_and_the_run_is_released() -> None:

@@ -21,6 +21,7 @@ EVENTS = [
         (CompileCause("input shape changed (batch 13 vs 16)", "In [4], line 7: loss = step(batch)", "pad"),),
         (1, 2),
         (3, 4),
+        compiled_steps=((6, 9), (12, 12)),  # the steps that compiled, as runs
     ),
     Diagnosis(1, "host-syncs", "Host syncs", "2 per step", ("In [4], line 9",), "report(loss=...)", 20),
     Output(None, "stderr", 'quotes " and newlines\n'),

@@ -46,3 +46,16 @@ def test_a_stop_at_a_given_step_is_that_step_for_every_rank() -> None:
     assert not control.should_stop(1, 11)
     assert control.stop_step == 12
     assert control.should_stop(0, 12) and control.should_stop(1, 12)
+
+
+def test_a_save_asked_by_one_rank_falls_on_one_step_for_every_rank() -> None:
+    request = StopRequest(2)
+    assert not request.should_stop(0, 4) and not request.should_stop(1, 5)  # rank 1 is a step ahead
+    request.ask_to_save(4)  # rank 0's clock says a save is due
+    assert [request.save_due(step) for step in (4, 5, 6)] == [False, False, True]  # one past the furthest rank
+    request.ask_to_save(5)  # asked again before the agreed step: nothing changes
+    assert request.save_due(6)
+    assert not request.should_stop(0, 6) and not request.should_stop(1, 7)
+    request.ask_to_save(7)  # the next one, once the agreed step has passed
+    assert request.save_due(8) and not request.save_due(6)
+    assert not request.requested  # a save is no stop

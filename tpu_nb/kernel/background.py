@@ -141,7 +141,7 @@ class BackgroundRun:
         return self.result
 
     def stop(self) -> None:
-        """Graceful stop at the next step every worker reaches (hard after the grace period)."""
+        """Graceful stop at the next step every worker reaches (hard only if none comes in the time the run's steps take)."""
         self.run.request_stop()
 
     def kill(self) -> None:

@@ -1,7 +1,8 @@
 """A run's deadline: the user's `--deadline`, or the end of a hosted session that says when it ends (Kaggle's TPU).
 
-The run stops gracefully before it, early enough for its last checkpoint: three
-times its longest save so far, measured as it runs.
+The run stops gracefully before it, early enough for its stop and its last
+checkpoint: what both took in this run, measured as it runs (`StopNeeds`),
+and before anything was measured a guess that a short run does not spend.
 """
 
 from __future__ import annotations
@@ -18,10 +19,25 @@ from .errors import LaunchRefused
 KAGGLE_SESSION_HOURS = 9.0
 """Kaggle stops a TPU session 9 hours after it started."""
 FIRST_SAVE_MARGIN = 10 * 60.0
-"""Seconds before a deadline a run stops while no save was measured yet."""
+"""Seconds before a deadline a run stops while no save was measured yet (a guess)."""
 SAVE_MARGIN_MINIMUM = 60.0
+"""Seconds before a deadline a run stops at the least once a save was measured (a guess: saves vary)."""
 SHARE_OF_RUN = 0.2
-"""A short run's deadline keeps at most this share of its time for the last save (a 30 s deadline stops after 24 s)."""
+"""A short run spends at most this share of its time on the guesses (a 30 s deadline stops after 24 s at the latest)."""
+SAVE_MARGIN = 1.5
+"""The last save may take longer than the longest so far: half as long again."""
+
+
+@dataclass(frozen=True, slots=True)
+class StopNeeds:
+    """What stopping takes in a run, as measured so far."""
+
+    stop: float | None  # seconds a graceful stop waits for its step boundary (None before a step was timed)
+    save: float | None  # seconds the longest checkpoint took to write and check (None: none yet, or no --checkpoint)
+
+    @property
+    def seconds(self) -> float:
+        return (self.stop or 0.0) + SAVE_MARGIN * (self.save or 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,18 +47,19 @@ class Deadline:
     at: float  # Unix time
     session_end: bool  # Kaggle's session ends then (not the user's --deadline)
 
-    def stop_at(self, longest_save: float | None, started: float) -> float:
-        """When to stop a run started at `started`: early enough for its last checkpoint.
+    def stop_at(self, needs: StopNeeds, started: float) -> float:
+        """When to stop a run started at `started`: early enough for its stop and its last checkpoint.
 
-        Three times its longest save so far (at least a minute; ten before any was
-        measured), but never more than a fifth of the time the run had.
+        What they took in this run, measured, comes first, however long; the
+        guesses (ten minutes before a save was measured, one minute after) take
+        at most a fifth of the time the run had.
         """
-        margin = FIRST_SAVE_MARGIN if longest_save is None else max(SAVE_MARGIN_MINIMUM, 3 * longest_save)
-        return self.at - min(margin, SHARE_OF_RUN * max(self.at - started, 0.0))
+        guess = FIRST_SAVE_MARGIN if needs.save is None else SAVE_MARGIN_MINIMUM
+        return self.at - max(needs.seconds, min(guess, SHARE_OF_RUN * max(self.at - started, 0.0)))
 
-    def describe(self, longest_save: float | None, started: float, saves: bool) -> str:
+    def describe(self, needs: StopNeeds, started: float, saves: bool) -> str:
         """What the dashboard says at the start; `saves`: the run has --checkpoint."""
-        stop = _clock(self.stop_at(longest_save, started))
+        stop = _clock(self.stop_at(needs, started))
         how = f"tpu_nb saves and stops at {stop}" if saves else f"tpu_nb stops the run at {stop} (add --checkpoint DIR to save it then)"
         if self.session_end:
             return f"Kaggle ends this session at {_clock(self.at)}; {how} (--deadline to choose)"
@@ -54,7 +71,7 @@ def deadline_for(text: str | None, info: RuntimeInfo | None, now: float | None =
     now = time.time() if now is None else now
     if text is not None:
         try:
-            at = parse_deadline(text, datetime.datetime.fromtimestamp(now))
+            at = parse_deadline(text, datetime.datetime.fromtimestamp(now).astimezone())
         except CheckpointError as error:
             raise LaunchRefused(f"tpu_nb did not start the run:\n- {error}") from None
         return Deadline(at.timestamp(), session_end=False)
@@ -64,4 +81,5 @@ def deadline_for(text: str | None, info: RuntimeInfo | None, now: float | None =
 
 
 def _clock(at: float) -> str:
-    return datetime.datetime.fromtimestamp(at).strftime("%H:%M:%S")
+    """A time of day in this machine's zone, named: a clock time means this machine's clock (UTC on Colab and Kaggle)."""
+    return datetime.datetime.fromtimestamp(at).astimezone().strftime("%H:%M:%S %Z")

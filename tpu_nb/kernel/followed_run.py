@@ -4,27 +4,30 @@ The thread that follows a run (the main thread for a foreground cell, a
 helper thread for a background run) calls `start`, `poll` until `ended`,
 `finish` and `close`; any other thread may only ask, through `request_stop`
 and `request_kill`. The first interrupt asks every worker to stop at a step
-they all reach; when none gets there within the grace period, on a second
-interrupt, a kill, the timeout, or when one worker failed (the others would
-wait for it forever in a collective), every process is ended at once.
+they all reach, and waits as long as a step of this run takes (`stop_wait`);
+when none gets there in that time, on a second interrupt, a kill, the
+timeout, or when one worker failed (the others would wait for it forever in
+a collective), every process is ended at once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Literal, Protocol
 
-from tpu_nb.wire.events import CheckpointSaved, Event, Notice
+from tpu_nb.wire.events import Event, Notice
 from tpu_nb.wire.stacks import StackReport
 
-from .deadlines import Deadline
+from .deadlines import Deadline, StopNeeds
 from .endings import Ending
 from .options import LaunchOptions
 from .output import Write, write_to_sys
 from .progress.display import ProgressDisplay
+from .stop_wait import StopClock, StopWait
 
 POLL_SECONDS = 0.1
 
@@ -53,7 +56,8 @@ class FollowedRun(ABC):
         self._stop_reason: StopReason | None = None
         self._ended = False
         self._deadline: Deadline | None = None  # set by `_start` where the run has one
-        self._longest_save: float | None = None  # of its checkpoints so far: how early the deadline's stop comes
+        self._stop_clock = StopClock(options.stop_grace, options.checkpoints)  # how long a stop waits, learned as the run goes
+        self._stop_announced = False
         self._stopped_by = "user"
 
     @property
@@ -66,9 +70,15 @@ class FollowedRun(ABC):
         return self._stop_requested_at is not None
 
     @property
-    @abstractmethod
     def stopping_note(self) -> str:
-        """What the user is told after a first interrupt."""
+        """What the user is told after a first interrupt: what the stop waits for, and how to stop at once."""
+        return self.stop_wait().text(self.options.stop_grace)
+
+    def stop_wait(self) -> StopWait:
+        """How long the graceful stop asked for (or one asked now) waits for its step boundary."""
+        now = time.monotonic()
+        wait = self._stop_clock.wait(self._stop_requested_at or now, now)
+        return dataclasses.replace(wait, seconds=wait.seconds + self._stop_ahead)
 
     @abstractmethod
     def stacks(self) -> StackReport:
@@ -89,6 +99,9 @@ class FollowedRun(ABC):
         if self._ended:
             return
         assert self._started_at is not None, "poll() is for a started run"
+        if self.stopping and not self._stop_announced:
+            self._stop_announced = True
+            self._deliver(Notice(0, self.stopping_note))
         now = time.monotonic()
         if self._worker_failed():
             self._end_now(None)
@@ -102,8 +115,11 @@ class FollowedRun(ABC):
             self.request_stop()
             saving = ", with a checkpoint" if self.options.checkpoints is not None else ""
             self._write("stderr", f"tpu_nb: stopping now{saving}: {self._deadline_text()}.\n")
-        elif self._stop_requested_at is not None and not self._stop_reached() and now - self._stop_requested_at > self._stop_grace:
-            # No step boundary in time (a loop without report(), a long compilation): stop hard.
+        elif self._stop_requested_at is not None and not self._stop_reached() and now > self.stop_wait().until:
+            # No step boundary in the time a step takes (a loop without report(), a rank that hangs): stop hard.
+            self._write(
+                "stderr", f"tpu_nb: no step boundary within {self.stop_wait().seconds:.0f}s of the stop: ending every worker now.\n"
+            )
             self._end_now("interrupt")
 
     def request_stop(self) -> bool:
@@ -150,22 +166,29 @@ class FollowedRun(ABC):
 
     def _deadline_passed(self) -> bool:
         deadline = self._deadline
-        return deadline is not None and not self.stopping and time.time() >= deadline.stop_at(self._longest_save, self._started_wall)
+        return deadline is not None and not self.stopping and time.time() >= deadline.stop_at(self._stop_needs(), self._started_wall)
 
     def _deadline_text(self) -> str:
         assert self._deadline is not None
-        return self._deadline.describe(self._longest_save, self._started_wall, saves=self.options.checkpoints is not None)
+        return self._deadline.describe(self._stop_needs(), self._started_wall, saves=self.options.checkpoints is not None)
+
+    def _stop_needs(self) -> StopNeeds:
+        """What a stop and its last checkpoint take in this run, as measured so far: how early a deadline's stop comes."""
+        clock = self._stop_clock
+        # What the steps after warm-up take, not --stop-grace's floor: a run of quick steps stops in a moment.
+        planned = clock.planned(time.monotonic())
+        stop = None if planned is None else planned + self._stop_ahead
+        return StopNeeds(stop, clock.longest_save_written if self.options.checkpoints is not None else None)
 
     def _deliver(self, event: Event) -> None:
-        if isinstance(event, CheckpointSaved):
-            self._longest_save = max(event.seconds, self._longest_save or 0.0)
+        self._stop_clock.on_event(event, time.monotonic())
         for observer in self._observers:
             observer.on_event(event)
 
     @property
-    def _stop_grace(self) -> float:
-        """Seconds a graceful stop may take before the run is ended hard."""
-        return self.options.stop_grace
+    def _stop_ahead(self) -> float:
+        """Seconds a stop takes to reach the processes (beyond the step boundary): none on this machine."""
+        return 0.0
 
     @property
     def _seconds(self) -> float:

@@ -49,8 +49,10 @@ def launch(
     `wait()`, `stop()`, `kill()`, `metrics`, `result`), with the same
     dashboard and Stop/Kill buttons as `%%tpu_train --background`.
     An interrupt stops gracefully: `report(...)` raises `StopTraining` in
-    `fn` at the next step every rank reaches (within `stop_grace` seconds,
-    else every worker is terminated); a second interrupt stops at once.
+    `fn` at the next step every rank reaches (waiting as long as two of the
+    run's longest steps take, a compilation, evaluation or save in progress
+    too, at least `stop_grace` seconds; else every worker is terminated); a
+    second interrupt stops at once.
     With `spmd=True`, one worker drives every device (SPMD) and `fn` can
     shard its model and batches over the global mesh (`tpu_nb.spmd`);
     `mesh="fsdp=4,tensor=2"` chooses the mesh (default: every device on fsdp).

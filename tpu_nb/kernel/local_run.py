@@ -91,10 +91,6 @@ class Run(FollowedRun):
         """The title of the run alive in this kernel, if any."""
         return None if cls._alive is None else cls._alive.title
 
-    @property
-    def stopping_note(self) -> str:
-        return f"stopping after the next step every worker reaches (within {self.options.stop_grace:g}s; interrupt again to stop at once)."
-
     def _start(self) -> None:
         info = detect(stack=self.options.stack)
         trainer = info.stack.chosen == "torch_tpu" and uses_trainer(self.program)

@@ -113,8 +113,9 @@ class TpuMagics(Magics):
         type=float,
         default=5.0,
         metavar="SECONDS",
-        help="After an interrupt (or .stop()), wait this long for the workers to reach a step boundary "
-        "before terminating them (default 5).",
+        help="After an interrupt (or .stop()), wait at least this long for the workers to reach a step boundary "
+        "before terminating them (default 5; a run whose steps, evaluations, saves or compilations take longer is waited for "
+        "as long as they take, learned as it runs).",
     )
     @argument(
         "--spmd",

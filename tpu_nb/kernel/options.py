@@ -38,7 +38,7 @@ class LaunchOptions:
     all_results: bool = False
     """Return every rank's result (a list by rank) instead of rank 0's."""
     stop_grace: float = 5.0
-    """After a graceful stop request, seconds to wait for the workers to reach a step boundary."""
+    """After a graceful stop request, the least time to wait for the workers to reach a step boundary (longer steps are learned)."""
     spmd: bool = False
     """One worker process drives every device, and the compiler shards the program (SPMD)."""
     mesh: MeshShape | None = None

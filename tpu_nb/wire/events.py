@@ -81,6 +81,9 @@ class Heartbeat:
     causes: tuple[CompileCause, ...] = ()  # of the compilations since the last heartbeat (at most a few)
     memory: tuple[int, int] | None = None  # device memory (bytes used, bytes limit), where the device reports it
     cache: tuple[int, int] | None = None  # persistent compilation cache (hits, misses), when one is on
+    compiling: float | None = None  # seconds an XLA compilation has been running in this rank's process, if one is
+    # Training steps at whose boundary this rank found new compilations, since its last heartbeat: (first, last) runs.
+    compiled_steps: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

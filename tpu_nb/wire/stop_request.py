@@ -8,6 +8,10 @@ Workers stop at the same step, because ranks that stop at different steps
 would leave the others waiting in a collective forever. Each rank records
 the step it is at; the first rank that sees the request picks the stop step
 as one past the furthest rank, and every rank stops when it gets there.
+
+A Trainer's checkpoint by the clock (`--every 15m`) is agreed the same way:
+every rank takes part in a Trainer's save, so the rank that finds one due
+asks for it, and every rank saves at one step past the furthest rank.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import multiprocessing
 import struct
 
 _SLOT = struct.Struct("<q")
-_REQUESTED, _STOP_STEP, _FIRST_RANK = 0, 1, 2
+_REQUESTED, _STOP_STEP, _SAVE_STEP, _FIRST_RANK = 0, 1, 2, 3
 _UNSET = -1
 
 
@@ -29,6 +33,7 @@ class StopRequest:
         self._memory = mmap.mmap(-1, _SLOT.size * (_FIRST_RANK + ranks))
         self._lock = multiprocessing.get_context("fork").Lock()
         self._write(_STOP_STEP, _UNSET)
+        self._write(_SAVE_STEP, _UNSET)
         for rank in range(ranks):
             self._write(_FIRST_RANK + rank, _UNSET)
 
@@ -71,3 +76,17 @@ class StopRequest:
                 stop_step = furthest + 1
                 self._write(_STOP_STEP, stop_step)
         return step >= stop_step
+
+    def ask_to_save(self, step: int) -> None:
+        """Worker side, on the rank that found a save due at `step` (after `should_stop` recorded it): every rank saves
+        one past the furthest rank. Asking while an agreed save is still ahead changes nothing."""
+        with self._lock:
+            pending = self._read(_SAVE_STEP)
+            if pending != _UNSET and pending >= step:
+                return
+            furthest = max([step] + [self._read(_FIRST_RANK + rank) for rank in range(self.ranks)])
+            self._write(_SAVE_STEP, furthest + 1)
+
+    def save_due(self, step: int) -> bool:
+        """Worker side, at a step boundary: an agreed save falls on this step."""
+        return self._read(_SAVE_STEP) == step

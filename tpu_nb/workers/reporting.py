@@ -10,6 +10,7 @@ to the host without waiting (`DeviceReads`) and sent once the copy is done.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import deque
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 REPORT_INTERVAL = 0.25  # seconds between Progress events: at most 4 a second
 HEARTBEAT_INTERVAL = 1.0  # seconds between each rank's Heartbeat
+MOST_COMPILED_RUNS = 32  # runs of compiled steps one heartbeat carries (the rest wait for the next): one small message
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,44 @@ class DeviceReads:
         return host
 
 
+class CompiledSteps:
+    """The steps at whose boundary a rank found new compilations, kept as runs of consecutive steps until a heartbeat takes them.
+
+    Each rank reads its process's count of started compilations at every
+    step boundary (a host-side counter: no device work); a step compiled
+    when the count grew since the rank's previous, earlier step. Only
+    training steps count: an evaluation's boundaries (the same step again)
+    move the count on, so its graphs are never a step's.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # the ranks' threads and the heartbeat's
+        self._last: dict[int, tuple[int, int]] = {}  # rank -> (its latest step, the count read there)
+        self._runs: dict[int, list[list[int]]] = {}  # rank -> [first, last] runs not yet sent
+
+    def boundary(self, rank: int, step: int, count: int, training: bool) -> None:
+        last = self._last.get(rank)
+        self._last[rank] = (step if last is None else max(step, last[0]), count)
+        # The first boundary only sets the count: what compiled before it is the run's start.
+        if last is None or not training or step <= last[0] or count <= last[1]:
+            return
+        with self._lock:
+            runs = self._runs.setdefault(rank, [])
+            if runs and runs[-1][1] == step - 1:
+                runs[-1][1] = step
+            else:
+                runs.append([step, step])
+
+    def take(self, rank: int) -> tuple[tuple[int, int], ...]:
+        """This rank's compiled steps not yet sent, as (first, last) runs: at most MOST_COMPILED_RUNS."""
+        with self._lock:
+            runs = self._runs.get(rank)
+            if not runs:
+                return ()
+            taken, self._runs[rank] = runs[:MOST_COMPILED_RUNS], runs[MOST_COMPILED_RUNS:]
+            return tuple((first, last) for first, last in taken)
+
+
 class ProcessDoctor(Protocol):
     """A doctor of a worker process, looked at on each heartbeat: the XLA doctor, or TorchTPU's."""
 
@@ -134,6 +174,8 @@ class WorkerReporter:
         self.read_compiles: Callable[[], CompileReading] = xla_compile_reading  # TorchTPU's workers read their own stack's
         self.device_reads: DeviceReads | None = None  # TorchTPU's: values on the chip, read once copied
         self._sending_copied = threading.Lock()  # the rank's thread and the heartbeat's: reports keep their order
+        self._compiling_since: float | None = None  # when the compilation running now started (heartbeat's reading)
+        self.compiled = CompiledSteps()
         self._heartbeat = threading.Thread(target=self._beat, name="tpu_nb-heartbeat", daemon=True)
 
     def enter(self, rank: int, world_size: int) -> None:
@@ -147,18 +189,29 @@ class WorkerReporter:
                 self._heartbeat.start()
 
     def leave(self, rank: int) -> None:
-        """Called by a device's thread when the user's code has returned or raised."""
+        """Called by a device's thread when the user's code has returned or raised.
+
+        Its compiled steps that no heartbeat carried yet go now, so the run's
+        summary judges every step.
+        """
         self.left.add(rank)
+        while compiled := self.compiled.take(rank):
+            compiles = self.read_compiles()
+            step = self.steps.get(rank)
+            self.writer.send(
+                Heartbeat(rank, step, self.phases.get(rank, "train"), compiles.count, compiles.seconds, compiled_steps=compiled)
+            )
 
     @property
     def rank(self) -> int:
         return self._ranks.rank  # type: ignore[no-any-return]
 
     def step(self, step: int | None, phase: str = "train") -> None:
-        """Remember this rank's step and phase for its heartbeat (cheap)."""
+        """Remember this rank's step and phase for its heartbeat, and whether the step compiled (cheap: no device work)."""
         rank = self.rank
         if step is not None:
             self.steps[rank] = step
+            self.compiled.boundary(rank, step, self._compiles_started(), phase == "train")
         self.phases[rank] = phase
         self.ticks[rank] = self.ticks.get(rank, 0) + 1
 
@@ -219,18 +272,35 @@ class WorkerReporter:
             self.send_copied()  # a loop between reports, or a long last step
             compiles = self.read_compiles()
             count, seconds = compiles.count, compiles.seconds
+            compiling = self._compiling(compiles)
             checkup = self._checkup()
             for index, (rank, step) in enumerate(list(self.steps.items())):
                 phase = self.phases.get(rank, "train")
+                compiled = self.compiled.take(rank)
                 if checkup is None:
-                    self.writer.send(Heartbeat(rank, step, phase, count, seconds))
+                    self.writer.send(Heartbeat(rank, step, phase, count, seconds, compiling=compiling, compiled_steps=compiled))
                     continue
                 causes = checkup.causes if index == 0 else ()  # one process's compilations, said once
-                self.writer.send(Heartbeat(rank, step, phase, count, seconds, causes, checkup.memory, checkup.cache))
+                self.writer.send(Heartbeat(rank, step, phase, count, seconds, causes, checkup.memory, checkup.cache, compiling, compiled))
             for diagnosis in checkup.diagnoses if checkup is not None else ():
                 self.writer.send(diagnosis)
             for stall in self._watch(compiles):
                 self.writer.send(stall)
+
+    def _compiles_started(self) -> int:
+        """Compilations started in this process: torch_xla's counter (a host-side read), else the stack's own reading."""
+        if self.read_compiles is xla_compile_reading:
+            return xla_compiles_started()
+        return self.read_compiles().started
+
+    def _compiling(self, compiles: CompileReading) -> float | None:
+        """Seconds the compilation running in this process has taken so far (a graceful stop waits for it), if one runs."""
+        if compiles.started <= compiles.finished:
+            self._compiling_since = None
+            return None
+        now = time.monotonic()
+        self._compiling_since = self._compiling_since or now
+        return now - self._compiling_since
 
     def _watch(self, compiles: CompileReading) -> list[Stalled]:
         """Ranks that stopped moving (the watchdog reads what the heartbeat has read anyway)."""
@@ -242,9 +312,15 @@ class WorkerReporter:
         return watchdog.observe(Activity(dict(self.steps), dict(self.ticks), compiles.finished, compiles.started), done)
 
     def final_checkup(self) -> None:
-        """The doctor's last look when the user's code returns, so a short run's findings reach the summary."""
+        """The doctor's last look when the user's code returns, so a short run's findings and causes reach the summary."""
         checkup = self._checkup(final=True)
-        for diagnosis in checkup.diagnoses if checkup is not None else ():
+        if checkup is None:
+            return
+        if checkup.causes:  # a run shorter than a heartbeat: why its steps compiled goes as a heartbeat would carry it
+            rank, compiles = self.rank, self.read_compiles()
+            phase = self.phases.get(rank, "train")
+            self.writer.send(Heartbeat(rank, self.steps.get(rank), phase, compiles.count, compiles.seconds, checkup.causes))
+        for diagnosis in checkup.diagnoses:
             self.writer.send(diagnosis)
 
     def _checkup(self, final: bool = False) -> Checkup | None:
@@ -270,6 +346,19 @@ def xla_compile_reading() -> CompileReading:
     count, seconds = (0, 0.0) if data is None else (int(data[0]), data[1] / 1e9)
     # A persistent cache hit finishes a started compilation without a CompileTime sample.
     return CompileReading(count, seconds, met.counter_value("UncachedCompile") or 0, count + (met.counter_value("PersistentCacheHit") or 0))
+
+
+def xla_compiles_started() -> int:
+    """torch_xla's compilations started in this process (new graphs, persistent cache loads included): one host-side
+    counter read (about a microsecond; `metric_data` would copy its samples)."""
+    return _xla_counter_value()("UncachedCompile") or 0
+
+
+@functools.cache
+def _xla_counter_value() -> Callable[[str], int | None]:
+    import torch_xla
+
+    return torch_xla._XLAC._xla_counter_value  # type: ignore[no-any-return]
 
 
 _reporter: WorkerReporter | None = None

@@ -146,7 +146,7 @@ class PodRun(FollowedRun):
 
     @property
     def stopping_note(self) -> str:
-        return "stopping every host at the same step, a few seconds ahead (interrupt again to stop at once)."
+        return f"every host stops at the same step, a few seconds ahead; {super().stopping_note}"
 
     def _start(self) -> None:
         """Show the dashboard, copy the run to the hosts and start it there."""
@@ -187,8 +187,8 @@ class PodRun(FollowedRun):
         return self._stopping_step is not None
 
     @property
-    def _stop_grace(self) -> float:
-        return self.options.stop_grace + 2 * STOP_AHEAD_SECONDS
+    def _stop_ahead(self) -> float:
+        return 2 * STOP_AHEAD_SECONDS  # the stop's way to every host, and the steps it is set ahead by
 
     def _ask_to_stop(self) -> None:
         """Every host stops at the same step, a little ahead; delivered by a helper thread (an ssh to every host takes time)."""

@@ -1,0 +1,153 @@
+"""How long a graceful stop waits for its step boundary: as long as a step of this run takes, learned as it runs.
+
+On a TPU a step that compiles, evaluates or saves takes seconds to minutes;
+a stop that waited a fixed few seconds ended such runs hard and lost their
+last checkpoint and their weights. The kernel learns from the events it
+gets anyway: rank 0's step times (its progress and heartbeats), the longest
+checkpoint save, and whether a rank is compiling, evaluating or saving now
+(each rank's heartbeat, once a second). A stop waits, from when it was asked
+or from when the last such long phase ended, for two of the longest steps
+(the ranks agree on a stop step one past the furthest rank, so the step in
+progress and one more) plus a save when one is due, with a margin; never
+less than `--stop-grace`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpu_nb.wire.checkpoints import CheckpointPlan, format_duration
+from tpu_nb.wire.events import CheckpointSaved, Event, Heartbeat, Progress
+
+MARGIN = 1.5
+"""A step may take longer than the longest seen so far (another batch, a slower host): half as long again."""
+HEARTBEAT_FRESH = 3.0
+"""Seconds a heartbeat's phase stands for its rank: past that, a silent rank is not waited for as busy."""
+BUSY_PHASES = {"eval": "evaluating", "saving": "saving a checkpoint"}
+WARMUP_STEPS = 5
+"""Rank 0's first steps, which compile their graphs: their times stand for a step only until later ones are timed
+(a compilation is waited for as it runs, said by the heartbeats)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StopWait:
+    """What a graceful stop is waiting for, at one moment."""
+
+    seconds: float  # from `since` until the run is ended hard
+    since: float  # monotonic time the wait counts from: the request, or the end of the last long phase
+    step_seconds: float | None  # the longest step seen
+    busy: str | None  # what a rank is doing now that the stop waits for without counting ("compiling for 40s")
+    last_step: int | None  # rank 0's
+
+    @property
+    def until(self) -> float:
+        return self.since + self.seconds
+
+    def text(self, grace: float) -> str:
+        """The cell's and the dashboard's words: what the stop waits for, and how to stop now."""
+        after = "" if self.last_step is None else f" after step {self.last_step}"
+        if self.busy is not None:
+            why = f"a rank is {self.busy}; then up to {_seconds(self.seconds)} for the step boundary"
+        elif self.step_seconds is not None and self.seconds > grace:
+            why = f"a step takes about {_seconds(self.step_seconds)}, so within about {_seconds(self.seconds)}"
+        else:
+            why = f"within {_seconds(self.seconds)}"
+        return f"stopping at the next step boundary every worker reaches{after}: {why}; interrupt again to stop at once."
+
+
+class StopClock:
+    """Learns, from a run's events as the kernel gets them, how long a graceful stop of that run may take."""
+
+    def __init__(self, grace: float, checkpoints: CheckpointPlan | None = None) -> None:
+        self.grace = grace
+        self.checkpoints = checkpoints
+        self._longest_warmup_step: float | None = None
+        self._longest_later_step: float | None = None
+        self.longest_save: float | None = None  # seconds the step waited for a checkpoint (its copy to host memory)
+        self.longest_save_written: float | None = None  # seconds from a step's end to its checkpoint written and checked
+        self.last_step: int | None = None
+        self._stepped_at: float | None = None
+        self._saved_at: float | None = None  # when the last checkpoint was reported
+        self._busy: dict[int, tuple[float, str]] = {}  # rank -> (heard at, what it does) for ranks in a long phase
+        self._busy_until: float | None = None  # when a long phase was last heard of
+
+    @property
+    def longest_step(self) -> float | None:
+        """The longest step seen after warm-up, or before there is one, the longest warm-up step."""
+        return self._longest_later_step if self._longest_later_step is not None else self._longest_warmup_step
+
+    def on_event(self, event: Event, now: float) -> None:
+        """Take what an event says about step times, saves and long phases (`now`: monotonic, when it arrived)."""
+        if isinstance(event, Progress | Heartbeat) and event.rank == 0 and event.step is not None and event.phase in (None, "train"):
+            self._on_step(event.step, now)
+        if isinstance(event, Heartbeat):
+            doing = self._long_phase(event)
+            if doing is None:
+                self._busy.pop(event.rank, None)
+            else:
+                self._busy[event.rank] = (now, doing)
+                self._busy_until = now
+        elif isinstance(event, CheckpointSaved):
+            # The step waits for the copy to host memory only; the writing and checking go on beside training.
+            self._saved_at = now
+            self.longest_save = max(event.stall_seconds, self.longest_save or 0.0)
+            self.longest_save_written = max(event.seconds, self.longest_save_written or 0.0)
+
+    def wait(self, requested_at: float, now: float) -> StopWait:
+        """How long a stop asked at `requested_at` waits, seen at `now`."""
+        busy = self.busy(now)
+        since = requested_at if self._busy_until is None else max(requested_at, self._busy_until)
+        if busy is not None:
+            since = now
+        learned = 0.0
+        if self.longest_step is not None:
+            save = self.longest_save or 0.0 if self._save_due(now) else 0.0
+            learned = MARGIN * (2 * self.longest_step + save)
+        return StopWait(max(self.grace, learned), since, self.longest_step, busy, self.last_step)
+
+    def planned(self, now: float) -> float | None:
+        """What a stop will take by the steps after warm-up (None until one is timed): how early a deadline's stop comes.
+
+        Warm-up steps compile, and a compilation during a stop is waited for as it runs: planning for it at every
+        step would stop a run long before its deadline.
+        """
+        if self._longest_later_step is None:
+            return None
+        save = self.longest_save or 0.0 if self._save_due(now) else 0.0
+        return MARGIN * (2 * self._longest_later_step + save)
+
+    def busy(self, now: float) -> str | None:
+        """What a rank is doing now that a stop waits for however long it takes (compiling, evaluating, saving)."""
+        fresh = [doing for heard, doing in self._busy.values() if now - heard <= HEARTBEAT_FRESH]
+        return fresh[0] if fresh else None
+
+    def _on_step(self, step: int, now: float) -> None:
+        if self.last_step is not None and self._stepped_at is not None and step > self.last_step:
+            per_step = (now - self._stepped_at) / (step - self.last_step)
+            if step <= WARMUP_STEPS:
+                self._longest_warmup_step = max(per_step, self._longest_warmup_step or 0.0)
+            else:
+                self._longest_later_step = max(per_step, self._longest_later_step or 0.0)
+        if self.last_step is None or step != self.last_step:
+            self.last_step, self._stepped_at = step, now
+
+    def _save_due(self, now: float) -> bool:
+        """A periodic checkpoint may fall within the two steps a stop waits for."""
+        plan = self.checkpoints
+        if plan is None:
+            return False
+        if plan.every.steps is not None:
+            following = (self.last_step or 0) + 1
+            return any(step % plan.every.steps == 0 for step in (following, following + 1))
+        since_save = now - (self._saved_at if self._saved_at is not None else now)
+        return self._saved_at is None or since_save + 2 * (self.longest_step or 0.0) >= (plan.every.seconds or 0.0)
+
+    @staticmethod
+    def _long_phase(heartbeat: Heartbeat) -> str | None:
+        if heartbeat.compiling is not None:
+            return f"compiling (for {_seconds(heartbeat.compiling)})"
+        return BUSY_PHASES.get(heartbeat.phase)
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.1f}s" if seconds < 10 else format_duration(seconds)
