@@ -58,7 +58,7 @@ class Pace(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         time.sleep({pause})
 
-args = TrainingArguments(output_dir, per_device_train_batch_size=16, max_steps={steps}, logging_steps=4, report_to=[],
+args = TrainingArguments(output_dir, per_device_train_batch_size=16, max_steps={steps}, logging_steps=2, report_to=[],
                          save_strategy="no", seed=0)
 trainer = Trainer(model=model, args=args, train_dataset=train_data, callbacks=[Pace()])
 trainer.train()

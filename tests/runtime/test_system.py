@@ -187,3 +187,16 @@ def test_files_under_dev_root_are_named_as_device_files(tmp_path: Path) -> None:
     holders = system.opened_by_other_processes(lambda path: path == "/dev/accel0")
 
     assert holders == (OpenedBy(pid=300, command=None, paths=("/dev/accel0",)),)
+
+
+def test_a_process_is_alive_while_it_runs_and_not_once_reaped() -> None:
+    import os
+    import subprocess
+
+    from tpu_nb.runtime.system import process_alive
+
+    child = subprocess.Popen(["sleep", "30"])
+    assert process_alive(child.pid) and process_alive(os.getpid())
+    child.kill()
+    child.wait()
+    assert not process_alive(child.pid) and not process_alive(0) and not process_alive(-1)

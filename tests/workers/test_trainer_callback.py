@@ -1,10 +1,23 @@
-"""The Trainer's progress reaches the notebook whatever it logs: 200 per-class metrics in one log call included."""
+"""The Trainer's progress reaches the notebook whatever it logs (200 per-class metrics in one log call included); its
+evaluations and saves are said as the rank's phase."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
 
 import tpu_nb
+
+
+class RecordingWriter:
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def send(self, event: Any) -> None:
+        self.sent.append(event)
 
 
 def train_and_log_per_class_scores(output_dir: str) -> int:
@@ -28,3 +41,39 @@ def test_a_log_of_200_metrics_reaches_the_notebook_as_one_row(tmp_path: Path) ->
     [row] = [row for row in run.metrics if "eval_class_0_f1" in row]
     assert {name for name in row if name.startswith("eval_class_")} == {f"eval_class_{n}_f1" for n in range(200)}
     assert row["step"] == 2 and row["eval_class_199_f1"] == 199 / 200
+
+
+def test_an_evaluation_or_a_save_after_a_step_is_the_ranks_phase_so_a_stop_waits_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers import TrainerControl, TrainerState
+
+    from tpu_nb.wire.stop_request import StopRequest
+    from tpu_nb.workers import reporting
+    from tpu_nb.workers.trainer_callback import TpuNbCallback
+
+    monkeypatch.setattr(reporting, "HEARTBEAT_INTERVAL", 3600)  # no heartbeat: it would read XLA's metrics in this process
+    reporter = reporting.WorkerReporter(RecordingWriter(), StopRequest(1))
+    reporter.enter(0, 1)
+    reporting.install(reporter)
+    callback, state, args = (
+        TpuNbCallback(),
+        TrainerState(global_step=6, max_steps=100),
+        SimpleNamespace(per_device_train_batch_size=8, world_size=1),
+    )
+    try:
+        callback.on_step_end(args, state, TrainerControl(should_evaluate=True, should_save=True))
+        assert reporter.phases[0] == "eval"  # the evaluation comes first
+        callback.on_evaluate(args, state, TrainerControl(should_save=True))  # (the handler has reset should_evaluate)
+        assert reporter.phases[0] == "saving"
+        callback.on_save(args, state, TrainerControl())
+        assert reporter.phases[0] == "train"
+        callback.on_step_end(args, state, TrainerControl())
+        assert reporter.phases[0] == "train"
+        reporter.stop_request.request()
+        state.global_step = 7
+        control = TrainerControl()
+        callback.on_step_end(args, state, control)  # the stop step is one past the furthest rank: 8
+        state.global_step = 8
+        callback.on_step_end(args, state, control)
+        assert control.should_save and reporter.phases[0] == "stopping"  # a stopping rank stays said as stopping
+    finally:
+        reporting.install(None)

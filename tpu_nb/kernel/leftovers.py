@@ -15,6 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from tpu_nb.runtime.system import process_alive
+
 PREFIX = "tpu_nb-"
 
 
@@ -34,7 +36,7 @@ def remove_left_behind(directory: Path) -> None:
             mine = path.lstat().st_uid == os.getuid()
         except OSError:
             continue  # removed meanwhile
-        if pid is not None and mine and not _alive(pid):
+        if pid is not None and mine and not process_alive(pid):
             shutil.rmtree(path, ignore_errors=True)
 
 
@@ -44,13 +46,3 @@ def _pid_in(name: str) -> int | None:
         if part.isdigit():
             return int(part)
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True

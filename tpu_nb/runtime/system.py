@@ -25,6 +25,19 @@ def installed_version(distribution: str) -> str | None:
         return None
 
 
+def process_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (another user's counts; 0 and below never do)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
 def xla_runtime_started(modules: Mapping[str, object]) -> bool:
     """Whether this process has used an XLA device (torch_xla is asked only if `modules` holds it).
 

@@ -3,7 +3,7 @@
     DIR/checkpoint-500/            one checkpoint, named by its step (a Trainer names its own so too)
         state.pt                     a hand-written loop's tracked state: model, optimizer, scheduler, RNG, step
         (a Trainer's own files)      model.safetensors (or adapter_model.safetensors), optimizer.pt, trainer_state.json, ...
-        tpu_nb.json                  written last, once the checkpoint was reloaded and checked: what `CheckpointRecord` holds
+        tpu_nb.json                  written last, once the checkpoint was read back and checked: what `CheckpointRecord` holds
 
 A checkpoint without `tpu_nb.json`, or whose record says it failed its
 check, never counts: resuming takes the newest verified one. A loop's
@@ -83,6 +83,9 @@ class CheckpointRecord:
     world: dict[str, Any]  # world size and mesh of the run that saved it
     start_checksums: dict[str, str]  # each starting weight's checksum: a checkpoint that saved them again is caught
     files: dict[str, int]  # each file's size: a file cut or changed since is found before a resume trusts it
+    # Each tensor file's checksums (by tensor in a safetensors file, by stored record in a torch one): a file changed with
+    # its size intact is found when a resume reads it back. Empty in records written before they were kept.
+    checksums: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -192,16 +195,44 @@ def parse_size(text: str, option: str) -> int:
     return int(float(match[1]) * _UNITS[match[2]])
 
 
+LONGEST_DEADLINE = 366 * 24 * 3600.0
+"""A deadline further away than this is a typo (99999999h), not a plan."""
+
+_CLOCK_TIME = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(z|utc|gmt|[+-]\d{2}:?\d{2})?", re.IGNORECASE)
+_DEADLINE_HELP = "give a duration such as 8h30m, or a clock time such as 21:00 (this machine's zone) or 21:00+02:00"
+
+
 def parse_deadline(text: str, now: datetime.datetime) -> datetime.datetime:
-    """When `--deadline` falls: a duration from `now` ("8h30m") or a clock time ("21:00", today or else tomorrow)."""
-    clock = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", text.strip())
+    """When `--deadline` falls, as an aware time: a duration from `now` ("8h30m"), or a clock time, today or else
+    tomorrow, in this machine's zone ("21:00": `now`'s zone; UTC on Colab and Kaggle) or the one it names
+    ("21:00+02:00", "21:00 UTC")."""
+    now = now if now.tzinfo is not None else now.astimezone()
+    clock = _CLOCK_TIME.fullmatch(text.strip())
     if clock is None:
-        return now + datetime.timedelta(seconds=parse_duration(text, "--deadline"))
+        try:
+            seconds = parse_duration(text, "--deadline")
+        except CheckpointError:
+            raise CheckpointError(f"--deadline {text}: {_DEADLINE_HELP}.") from None
+        if seconds > LONGEST_DEADLINE:
+            raise CheckpointError(f"--deadline {text}: that is more than a year away; {_DEADLINE_HELP}.")
+        return now + datetime.timedelta(seconds=seconds)
     hour, minute, second = int(clock[1]), int(clock[2]), int(clock[3] or 0)
-    if hour > 23 or minute > 59 or second > 59:
-        raise CheckpointError(f"--deadline {text}: give a clock time such as 21:00, or a duration such as 8h30m.")
-    at = now.replace(hour=hour, minute=minute, second=second, microsecond=0)
+    zone = _zone(clock[4]) if clock[4] else now.tzinfo
+    if hour > 23 or minute > 59 or second > 59 or zone is None:
+        raise CheckpointError(f"--deadline {text}: {_DEADLINE_HELP}.")
+    at = now.astimezone(zone).replace(hour=hour, minute=minute, second=second, microsecond=0)
     return at if at > now else at + datetime.timedelta(days=1)
+
+
+def _zone(text: str) -> datetime.tzinfo | None:
+    """ "Z", "UTC", "GMT", "+02:00" or "-0530" as a zone (None for an offset no zone has)."""
+    if text.upper() in ("Z", "UTC", "GMT"):
+        return datetime.timezone.utc
+    sign = -1 if text[0] == "-" else 1
+    hours, minutes = int(text[1:3]), int(text[-2:])
+    if hours > 14 or minutes > 59:
+        return None
+    return datetime.timezone(sign * datetime.timedelta(hours=hours, minutes=minutes))
 
 
 def format_duration(seconds: float) -> str:

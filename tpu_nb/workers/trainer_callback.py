@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
@@ -13,9 +14,16 @@ from tpu_nb.wire.events import Progress
 from . import reporting
 from .checkpointing import Checkpointer
 
+if TYPE_CHECKING:
+    from .trainer_hook import TrainerCheckpoints
+
 
 class TpuNbCallback(TrainerCallback):
-    """Sends a Trainer's progress and logs to the kernel (rank 0) and steps for heartbeats (all ranks)."""
+    """Sends a Trainer's progress and logs to the kernel (rank 0) and steps for heartbeats (all ranks); under
+    --checkpoint, has each of its checkpoints checked (`checkpoints`: where the Trainer writes them)."""
+
+    def __init__(self, checkpoints: TrainerCheckpoints | None = None) -> None:
+        self.checkpoints = checkpoints
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _note(state, args, "train", always=True)
@@ -32,19 +40,35 @@ class TpuNbCallback(TrainerCallback):
             control.should_training_stop = True
             control.should_save = True
         checkpointer = _checkpointer()
-        if checkpointer is None:
-            return
-        if checkpointer.plan.every.seconds is not None and (checkpointer.due(state.global_step) or state.global_step >= state.max_steps):
-            control.should_save = True  # --every by time: the Trainer saves at this step's end (and at the last, as by steps)
+        if checkpointer is not None and self.checkpoints is not None:
+            self._checkpoint_at_step_end(args, state, control, checkpointer)
+        _mark_long_phase(state, control)
+
+    def _checkpoint_at_step_end(self, args: Any, state: Any, control: Any, checkpointer: Checkpointer) -> None:
+        assert self.checkpoints is not None
+        every = checkpointer.plan.every.seconds
+        reporter = reporting.current()
+        if every is not None and reporter is not None:
+            # --every by time: rank 0's clock says when; every rank takes part in a Trainer's save, so they agree on its
+            # step (one past the furthest rank, as for a stop). And at the last step, as by steps.
+            agreed = reporter.stop_request
+            if state.is_world_process_zero and time.monotonic() - checkpointer.last_saved_at >= every:
+                agreed.ask_to_save(state.global_step)
+            if agreed.save_due(state.global_step) or state.global_step >= state.max_steps:
+                control.should_save = True
         if control.should_save and state.is_world_process_zero:
             # A resume can save a step again whose earlier checkpoint was damaged: its old record must not vouch for the new files.
-            (Path(args.output_dir) / f"checkpoint-{state.global_step}" / RECORD).unlink(missing_ok=True)
+            (Path(self.checkpoints.local()) / f"checkpoint-{state.global_step}" / RECORD).unlink(missing_ok=True)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         reporter = reporting.current()
-        if reporter is None or reporter.checkpointer is None or not state.is_world_process_zero or kwargs.get("model") is None:
+        if reporter is not None and reporter.phases.get(reporter.rank) == "saving":
+            reporter.step(state.global_step, "train")
+        if reporter is None or reporter.checkpointer is None or self.checkpoints is None:
             return
-        path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if not state.is_world_process_zero or kwargs.get("model") is None:
+            return
+        path = Path(self.checkpoints.local()) / f"checkpoint-{state.global_step}"
         reporter.checkpointer.verify_trainer_checkpoint(path, kwargs["model"], state.global_step, reporter.history)
 
     def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -52,6 +76,7 @@ class TpuNbCallback(TrainerCallback):
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _note(state, args, "train")
+        _mark_long_phase(state, control)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         numbers = {name: float(value) for name, value in (logs or {}).items() if isinstance(value, (int, float))}
@@ -60,6 +85,17 @@ class TpuNbCallback(TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _note(state, args, "train", always=True)
+
+
+def _mark_long_phase(state: Any, control: Any) -> None:
+    """An evaluation or a save follows this step's end: the heartbeat says so, and a graceful stop waits for it."""
+    reporter = reporting.current()
+    if reporter is None or reporter.phases.get(reporter.rank) == "stopping":  # a stopping rank waits for the others, said so
+        return
+    if control.should_evaluate:
+        reporter.step(state.global_step, "eval")
+    elif control.should_save:
+        reporter.step(state.global_step, "saving")
 
 
 def _checkpointer() -> Checkpointer | None:
