@@ -59,44 +59,6 @@ def test_a_default_trainer_reports_live_and_ends_with_a_static_summary(kernel: K
     assert "<table" in summary["text/html"]
 
 
-RECOMPILING = """%%tpu_train
-import torch_xla.core.xla_model as xm
-layer = torch.nn.Linear(8, 1).to(device)
-optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
-for step in range(1, 25):
-    length = LENGTHS(step)
-    loss = layer(torch.randn(4, length, 8, device=device)).mean()
-    loss.backward()
-    xm.optimizer_step(optimizer)
-    optimizer.zero_grad()
-    xm.mark_step()
-    report(step=step, loss=loss, max_steps=24)
-    time.sleep(0.15)  # let heartbeats see the compile count grow step by step
-"""
-
-
-def health_text(kernel: Kernel) -> str:
-    return "\n".join(state["value"] for state in widgets(kernel, "HTMLModel") if "compil" in state["value"])
-
-
-def test_changing_shapes_raise_the_recompilation_warning(kernel: Kernel) -> None:
-    kernel.run("%load_ext tpu_nb\nimport time, torch", allow_errors=False)
-    cell = kernel.run(RECOMPILING.replace("LENGTHS(step)", "4 + step"), timeout=300)
-    assert not errors_of(cell), text_of(cell)
-    health = health_text(kernel)
-    assert "pad inputs to a fixed length" in health
-    assert "since step" in health
-
-
-def test_static_shapes_do_not_warn(kernel: Kernel) -> None:
-    kernel.run("%load_ext tpu_nb\nimport time, torch", allow_errors=False)
-    cell = kernel.run(RECOMPILING.replace("LENGTHS(step)", "16"), timeout=300)
-    assert not errors_of(cell), text_of(cell)
-    health = health_text(kernel)
-    assert "stable after warm-up" in health
-    assert "pad inputs" not in health
-
-
 def test_printed_text_goes_below_the_run_summary(kernel: Kernel) -> None:
     kernel.run("%load_ext tpu_nb\nimport time, torch", allow_errors=False)
     cell = kernel.run(

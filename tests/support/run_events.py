@@ -24,12 +24,14 @@ def train_step(
     compile_count: int,
     metrics: dict[str, float] | None = None,
     seconds: float = 0.5,
+    compiled: bool = False,
 ) -> None:
-    """One training step: rank 0's Progress, then every rank's heartbeat."""
+    """One training step: rank 0's Progress, then every rank's heartbeat (`compiled`: the step compiled on every rank)."""
     clock.advance(seconds)
     progress.on_event(Progress(0, step, metrics or {}, max_steps=200, epoch=step / 50, phase="train", samples_per_step=64))
     for rank in RANKS:
-        progress.on_event(Heartbeat(rank, step, "train", compile_count, 2.0 * compile_count))
+        steps = ((step, step),) if compiled else ()
+        progress.on_event(Heartbeat(rank, step, "train", compile_count, 2.0 * compile_count, compiled_steps=steps))
 
 
 def evaluate(progress: ProgressState, clock: FakeClock, step: int, compile_count: int) -> None:

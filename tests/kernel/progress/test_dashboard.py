@@ -242,14 +242,14 @@ def test_silent_workers_are_highlighted(dashboard: Dashboard, clock: FakeClock) 
 def test_recompilation_warning_is_shown(dashboard: Dashboard, clock: FakeClock) -> None:
     start(dashboard)
     train(dashboard, clock, range(1, 11))
-    for step in range(11, 21):
+    for step in range(11, 21):  # every step compiles a new graph
         clock.advance(0.5)
         dashboard.on_event(Progress(0, step, {}, max_steps=50))
         for rank in (0, 1):
-            dashboard.on_event(Heartbeat(rank, step, "train", 3 + step - 10, 20.0))
-    assert "tpu-nb-xla-warning" in dashboard.health.value and "recompiling: " in dashboard.health.value
+            dashboard.on_event(Heartbeat(rank, step, "train", 3 + step - 10, 20.0, compiled_steps=((step, step),)))
+    assert "tpu-nb-xla-warning" in dashboard.health.value and "recompiling: 7 of 12 steps" in dashboard.health.value
     assert '<details class="tpu-nb-details" open>' in dashboard.worker_rows.value
-    assert "after warm-up since step 11" in dashboard.worker_rows.value
+    assert "steps after warm-up (step 5), first at step 11 (ranks 0, 1)" in dashboard.worker_rows.value  # redrawn seldom
     assert "padding=&#x27;max_length&#x27;" in dashboard.worker_rows.value
 
 

@@ -24,11 +24,11 @@ def lines(stream: io.StringIO) -> list[str]:
     return stream.getvalue().splitlines()
 
 
-def step(text: TextProgress, clock: FakeClock, number: int, compile_count: int = 7, seconds: float = 0.25) -> None:
+def step(text: TextProgress, clock: FakeClock, number: int, compile_count: int = 7, seconds: float = 0.25, compiled: bool = False) -> None:
     clock.advance(seconds)
     text.on_event(Progress(0, number, {"loss": 50 / (number + 1)}, max_steps=500, phase="train"))
     for rank in (0, 1):
-        text.on_event(Heartbeat(rank, number, "train", compile_count, 30.0))
+        text.on_event(Heartbeat(rank, number, "train", compile_count, 30.0, compiled_steps=((number, number),) if compiled else ()))
 
 
 def test_status_line_is_rate_limited(text: TextProgress, clock: FakeClock, stream: io.StringIO) -> None:
@@ -52,10 +52,10 @@ def test_status_line_is_rate_limited(text: TextProgress, clock: FakeClock, strea
 
 def test_recompilation_warning_is_written_once(text: TextProgress, clock: FakeClock, stream: io.StringIO) -> None:
     for number in range(1, 200):
-        step(text, clock, number, compile_count=7 if number < 50 else number - 42)
+        step(text, clock, number, compile_count=7 if number < 50 else number - 42, compiled=number >= 50)
     warnings = [line for line in lines(stream) if line.startswith("warning:")]
     assert len(warnings) == 1
-    assert "XLA recompilation" in warnings[0] and "since step 50" in warnings[0]
+    assert warnings[0].startswith("warning: XLA compiled again at ") and "first at step 50" in warnings[0]
 
     text.finish("done")
     assert len([line for line in lines(stream) if line.startswith("warning:")]) == 1

@@ -12,6 +12,7 @@ from tpu_nb.workers.doctor.analysis_log import Frame
 from tpu_nb.workers.stack_dumps import ProcessStacks, ThreadStack
 
 CELL = "<ipython-input-5-0123456789ab>"  # how IPython 7 names cell 5's code
+HELPERS = "<ipython-input-4-0123456789ab>"
 SITE = "/usr/lib/python3/dist-packages"
 TPU_NB = str(__import__("tpu_nb").__path__[0])
 
@@ -20,8 +21,11 @@ TPU_NB = str(__import__("tpu_nb").__path__[0])
 def cell_source() -> Iterator[None]:
     source = "import torch\nfor step in range(10):\n    loss = model(batch)\n    xm.optimizer_step(optimizer)\n"
     linecache.cache[CELL] = (len(source), None, source.splitlines(keepends=True), CELL)
+    helpers = "import time\ndef sleeping():\n    time.sleep(3600)\ndef twice():\n    sleeping()\n"
+    linecache.cache[HELPERS] = (len(helpers), None, helpers.splitlines(keepends=True), HELPERS)
     yield
     linecache.cache.pop(CELL, None)
+    linecache.cache.pop(HELPERS, None)
 
 
 def frames() -> tuple[Frame, ...]:
@@ -61,3 +65,40 @@ def test_a_process_s_threads_are_told_apart_by_rank_and_its_own_helpers_hidden()
 
 def test_standard_library_files_are_named_without_their_installation() -> None:
     assert library_frame_text(Frame("wait", "/usr/lib/python3.13/threading.py", 359)) == "threading.py, line 359, in wait"
+
+
+def in_a_function(*calls: Frame) -> tuple[Frame, ...]:
+    """A rank's thread in cell 5's code at line 3 (`loss = model(batch)` stands for the call), then in `calls`."""
+    return (Frame("run_worker", f"{TPU_NB}/workers/worker.py", 60), Frame("<module>", CELL, 3), *calls)
+
+
+def test_a_rank_in_a_function_of_its_cell_names_the_chain_of_cell_lines_as_a_traceback_would() -> None:
+    place = place_of(0, 1, 2, in_a_function(Frame("sleeping", CELL, 2)))
+    assert place.where == "In [5], line 3: loss = model(batch); line 2, in sleeping: for step in range(10):"
+    assert place.waits_in is None  # time.sleep is C code: no library frame
+    assert place.stack == ("In [5], line 3: loss = model(batch)", "In [5], line 2, in sleeping: for step in range(10):")
+
+
+def test_functions_of_another_cell_are_named_with_their_cell_and_the_library_call_it_waits_in() -> None:
+    library = Frame("wait", "/usr/lib/python3.11/threading.py", 320)
+    place = place_of(0, 1, 2, in_a_function(Frame("twice", HELPERS, 5), Frame("sleeping", HELPERS, 3), library))
+    assert place.where == (
+        "In [5], line 3: loss = model(batch); In [4], line 5, in twice: sleeping(); line 3, in sleeping: time.sleep(3600)"
+    )
+    assert place.waits_in == "threading.py, line 320, in wait"
+
+
+def test_a_deep_chain_keeps_the_cell_s_line_and_the_innermost_calls() -> None:
+    recursion = [Frame("twice", HELPERS, 5) for _ in range(6)]
+    place = place_of(0, 1, 2, in_a_function(*recursion, Frame("sleeping", HELPERS, 3)))
+    assert place.where == (
+        "In [5], line 3: loss = model(batch); … 4 more; In [4], line 5, in twice: sleeping(); line 5, in twice: sleeping(); "
+        "line 3, in sleeping: time.sleep(3600)"
+    )
+
+
+def test_a_forked_process_s_frames_from_before_the_fork_are_no_part_of_its_chain() -> None:
+    """A process per device (forked while the kernel ran the cell's `%%tpu_train` line) keeps that line's frame."""
+    before_the_fork = (Frame("<module>", CELL, 1), Frame("run_cell_magic", f"{SITE}/IPython/core/interactiveshell.py", 2500))
+    place = place_of(0, 1, 2, (*before_the_fork, *in_a_function(Frame("sleeping", CELL, 2))))
+    assert place.where == "In [5], line 3: loss = model(batch); line 2, in sleeping: for step in range(10):"

@@ -211,7 +211,10 @@ def test_a_step_compiled_once_per_input_shape_in_warm_up_names_the_shapes_and_li
     step_one = Compilation("user torch_xla.sync", "graph-0", (LIBRARY, SYNC_LINE), 8, 9)  # before the optimizer's state
     steps(doctor, START, at(1, compilations=(step_one,), transfers=((MOVE_LINE, CYCLING[:1]),)))
     examination = doctor.examine(at(40, compilations=graphs(2, 6), transfers=((MOVE_LINE, CYCLING),)), final=True)
-    assert examination.causes == ()  # warm-up: the recompilation warning stays quiet
+    # Graphs alike in inputs and outputs differ in sizes: explained even in warm-up (the kernel shows it if a later step compiles).
+    [cause] = examination.causes
+    assert cause.reason.startswith("input shapes moved to the device change ((8, 64), (9, 64), ")
+    assert cause.place == "cell.py, line 5: x = batch.to(device)"
     [diagnosis] = examination.diagnoses
     assert (diagnosis.key, diagnosis.title) == (PER_SHAPE, "Compiled once per input shape")
     assert diagnosis.evidence.startswith(
@@ -242,3 +245,64 @@ def test_a_shape_that_changes_after_warm_up_is_left_to_the_recompilation_warning
     partial = ((MOVE_LINE, ((16, 64), (13, 64))),)
     examination = doctor.examine(at(21, compilations=graphs(21, 21), transfers=partial))
     assert examination.diagnoses == () and len(examination.causes) == 1
+
+
+MADE_CELL = "/tmp/ipykernel_1/made-on-device.py"
+linecache.cache[MADE_CELL] = (
+    0,
+    None,
+    [
+        "%%tpu_train\n",
+        "for step in range(1, 41):\n",
+        "    x = torch.randn(4 + step % 6, 8, device=device)\n",
+        "    keep = (x[:, 0] > 0).nonzero().squeeze(1)\n",
+        "    loss = layer(x[keep]).mean()\n",
+        "    torch_xla.sync()\n",
+    ],
+    MADE_CELL,
+)
+MADE_SYNC = Frame("<module>", MADE_CELL, 6)
+
+
+def made_graphs(first: int, last: int) -> tuple[Compilation, ...]:
+    """The step's graph at the made-on-device cell's sync line, alike in inputs and outputs, one per size."""
+    return tuple(Compilation("user torch_xla.sync", f"made-{step}", (LIBRARY, MADE_SYNC), 6, 4) for step in range(first, last + 1))
+
+
+def test_a_size_made_on_the_device_is_named_by_its_line_even_in_warm_up() -> None:
+    doctor = Doctor(0)
+    assert doctor.examine(at(1, compilations=made_graphs(1, 1))).causes == ()  # the first graph there: expected once
+    [cause] = doctor.examine(at(3, compilations=made_graphs(2, 3))).causes
+    assert cause.reason == "a tensor made on the device at a size that changes between steps"
+    assert cause.place == "made-on-device.py, line 3: x = torch.randn(4 + step % 6, 8, device=device)"
+    assert "fixed size" in cause.fix
+
+
+def test_a_data_dependent_op_is_named_by_its_line() -> None:
+    doctor = Doctor(0)
+    read = Compilation(HOST_READ_CAUSE, "read-x", (Frame("<module>", MADE_CELL, 4),), 1, 1)  # .nonzero() needs x's values
+    doctor.examine(at(1, compilations=(read, *made_graphs(1, 1)), fallbacks={"aten::nonzero": 1}))
+    [cause] = doctor.examine(at(2, compilations=made_graphs(2, 2), fallbacks={"aten::nonzero": 2})).causes
+    assert cause.reason == "a data-dependent op (.nonzero()): its result's size depends on the values"
+    assert cause.place == "made-on-device.py, line 4: keep = (x[:, 0] > 0).nonzero().squeeze(1)"
+    assert "torch.where" in cause.fix
+
+
+def test_a_step_compiled_once_per_size_it_makes_in_warm_up_is_a_finding_with_its_lines() -> None:
+    doctor = Doctor(0)
+    [diagnosis] = doctor.examine(at(4, compilations=made_graphs(1, 4)), final=True).diagnoses
+    assert (diagnosis.key, diagnosis.title) == (PER_SHAPE, "Compiled once per size")
+    assert diagnosis.evidence.startswith("the step's graph was compiled 4 times with the same inputs and outputs: sizes made in the step")
+    assert diagnosis.places == (
+        "made-on-device.py, line 6: torch_xla.sync() (4 graphs)",
+        "made-on-device.py, line 3: x = torch.randn(4 + step % 6, 8, device=device) (made on the device)",
+        "made-on-device.py, line 4: keep = (x[:, 0] > 0).nonzero().squeeze(1) (data-dependent size)",
+    )
+
+
+def test_graphs_alike_without_a_line_of_the_users_are_no_evidence_in_warm_up() -> None:
+    """A Trainer's evaluation gathers outputs of several sizes inside the library: no cause, no finding."""
+    doctor = Doctor(0)
+    gathered = tuple(Compilation("torch_xla.sync in parallel loader", f"gather-{n}", (LIBRARY,), 2, 1) for n in range(4))
+    examination = doctor.examine(at(3, compilations=gathered))
+    assert examination.causes == () and examination.diagnoses == ()

@@ -28,7 +28,7 @@ PHASE_COLOURS: dict[str, str] = {
     "stopped": "#8d5300",
 }
 OTHER_PHASE_COLOUR = "#546e7a"  # a worker phase without a colour of its own
-HEALTH_COLOURS: dict[HealthLevel, str] = {"pending": "#546e7a", "stable": "#2e7d32", "warning": "#8d5300"}
+HEALTH_COLOURS: dict[HealthLevel, str] = {"pending": "#546e7a", "stable": "#2e7d32", "warning": "#8d5300", "unjudged": "#546e7a"}
 _CELL = "padding:2px 10px;text-align:right"
 _LEFT_CELL = "padding:1px 10px;text-align:left"
 
@@ -102,7 +102,7 @@ def checkpoint_html(snapshot: ProgressSnapshot) -> str:
 
 
 def health_html(snapshot: ProgressSnapshot) -> str:
-    """The full XLA health text (the recompilation warning with its causes and fixes, memory, cache)."""
+    """The full XLA health text (the compile verdict with its causes and fixes, memory, cache)."""
     level, text = health(snapshot)
     marker = f"border-left:4px solid {HEALTH_COLOURS[level]};padding-left:8px"
     return f'<p class="tpu-nb-xla-{level}" style="{marker}">{html.escape(text)}</p>'
@@ -195,7 +195,9 @@ def stall_html(report: StackReport | None) -> str:
 
 def needs_attention(snapshot: ProgressSnapshot) -> bool:
     """Something in the workers/XLA section deserves to be seen: it opens by itself."""
-    return bool(snapshot.recompilation or snapshot.diagnoses or snapshot.failures or any(worker.stale for worker in snapshot.workers))
+    return bool(
+        snapshot.compiles.level == "warning" or snapshot.diagnoses or snapshot.failures or any(worker.stale for worker in snapshot.workers)
+    )
 
 
 def details_html(label: str, body: str, open_: bool, css_class: str) -> str:

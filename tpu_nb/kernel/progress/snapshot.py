@@ -14,7 +14,7 @@ from tpu_nb.wire.events import Diagnosis
 from tpu_nb.wire.stacks import StackReport
 
 from ..status import RUN_STATUSES
-from .recompilation import RecompilationWarning
+from .recompilation import CompileVerdict
 
 STALE_AFTER_SECONDS = 30.0
 """A running worker silent for longer than this is probably stuck."""
@@ -74,8 +74,7 @@ class ProgressSnapshot:
     latest: Mapping[str, float]  # the last value of each metric
     workers: tuple[WorkerRow, ...]
     expected_workers: int
-    warmed_up: bool
-    recompilation: RecompilationWarning | None
+    compiles: CompileVerdict  # compile health: did the steps after warm-up compile again?
     notices: tuple[str, ...]
     diagnoses: tuple[Diagnosis, ...] = ()  # the XLA doctor's findings, one per kind and place
     worker_noun: str = "rank"  # what a worker row stands for: a rank, or a pod run's host

@@ -29,7 +29,7 @@ from tpu_nb.wire.results import format_bytes
 from tpu_nb.wire.stacks import StackReport
 
 from ..status import RUN_STATUSES, RunStatus
-from .recompilation import EVAL_PHASE, RecompilationJudge
+from .recompilation import EVAL_PHASE, CompileJudge
 from .snapshot import EVAL_PREFIX, TRAINING_LOSS, MetricRow, ProgressSnapshot, WorkerRow
 
 RATE_WINDOW_SECONDS = 20.0
@@ -82,7 +82,7 @@ class ProgressState:
         self._diagnoses: dict[str, Diagnosis] = {}
         self._checkpoint: str | None = None
         self._resumed_rows = 0
-        self._compiles = RecompilationJudge()
+        self._compiles = CompileJudge()
         self._stall: StackReport | None = None  # the watchdog's report, until the ranks in it move again
 
     def on_event(self, event: Event) -> None:
@@ -161,8 +161,7 @@ class ProgressState:
             latest=MappingProxyType(dict(self._latest)),
             workers=tuple(worker.row(rank, now) for rank, worker in sorted(self._workers.items())),
             expected_workers=self._expected_workers,
-            warmed_up=self._compiles.warmed_up(self._step),
-            recompilation=self._compiles.warning(),
+            compiles=self._compiles.verdict(self._step, final=finished),
             notices=tuple(self._notices),
             diagnoses=tuple(self._diagnoses.values()),
             worker_noun=self.worker_noun,
@@ -237,7 +236,6 @@ class ProgressState:
         if step is None or (self._step is not None and step <= self._step):
             return
         self._step = step
-        self._compiles.on_rank0_step(step)
         if not self._first_step_seen:
             return  # before the first step the rate would include compilation
         self._step_times.append((now, step))

@@ -7,17 +7,17 @@ static summary, so every view words things the same way.
 from __future__ import annotations
 
 import sys
-from typing import Literal, TextIO
+from typing import TextIO
 
 from tpu_nb.wire.events import Diagnosis, Event
 from tpu_nb.wire.stacks import StackReport
 
 from ..status import RunStatus
-from .recompilation import WARMUP_STEPS
+from .recompilation import CompileLevel, CompileVerdict
 from .snapshot import EVAL_PREFIX, TRAINING_LOSS, ProgressSnapshot
 from .state import ProgressState
 
-HealthLevel = Literal["pending", "stable", "warning"]
+HealthLevel = CompileLevel
 
 
 class TextProgress:
@@ -58,13 +58,13 @@ class TextProgress:
             self._write(detail)
 
     def _write_news(self, snapshot: ProgressSnapshot) -> None:
-        """Notices and the recompilation warning, each said once."""
+        """Notices and the compile health warning, each said once."""
         for notice in snapshot.notices[self._notices_written :]:
             self._write(f"note: {notice}")
         self._notices_written = len(snapshot.notices)
-        if snapshot.recompilation is not None and not self._warning_written:
+        if snapshot.compiles.level == "warning" and not self._warning_written:
             self._warning_written = True
-            self._write(f"warning: {snapshot.recompilation.text}")
+            self._write(f"warning: {recompilation_text(snapshot.compiles)}")
         for diagnosis in snapshot.diagnoses:
             if diagnosis.key not in self._diagnoses_written:
                 self._diagnoses_written.add(diagnosis.key)
@@ -129,26 +129,39 @@ def workers_text(snapshot: ProgressSnapshot) -> str:
 
 
 def health(snapshot: ProgressSnapshot) -> tuple[HealthLevel, str]:
-    """The XLA health line: compilations (stopped after warm-up?), device memory, the compilation cache."""
+    """The XLA health line: compilations (did the steps after warm-up compile again?), device memory, the compilation cache."""
     resources = "".join(f"; {part}" for part in (memory_text(snapshot.memory), cache_text(snapshot.cache)) if part)
-    if snapshot.recompilation is not None:
-        return "warning", snapshot.recompilation.text + resources
+    verdict = snapshot.compiles
     count = snapshot.compile_count
     compiled = f"{count} XLA compilation{'' if count == 1 else 's'}"
     if count:
         compiled += f" ({format_duration(snapshot.compile_seconds)} compiling)"
-    if snapshot.warmed_up:
-        return "stable", f"{compiled}, stable after warm-up{resources}"
-    return "pending", f"{compiled} so far (warm-up: the first {WARMUP_STEPS} steps){resources}"
+    level = verdict.level
+    if level == "warning":
+        return level, f"{compiled}: {verdict.headline}. {verdict.explanation}{resources}"
+    if level == "pending":
+        return level, f"{compiled} so far ({verdict.headline}){resources}"
+    return level, f"{compiled}, {verdict.headline}{resources}"
+
+
+def recompilation_text(verdict: CompileVerdict) -> str:
+    """ "XLA compiled again at 12 of 13 steps after warm-up (step 5), first at step 6 (rank 0). Why: ... Fix: ..."."""
+    return f"XLA {verdict.headline}. {verdict.explanation}"
 
 
 def health_brief(snapshot: ProgressSnapshot) -> str:
     """The health in a few words, for the one line shown when nothing needs attention."""
     count = snapshot.compile_count
-    if snapshot.recompilation is not None:
-        parts = [f"recompiling: {snapshot.recompilation.count} after warm-up"]
+    verdict = snapshot.compiles
+    compilations = f"{count} compilation{'' if count == 1 else 's'}"
+    if verdict.level == "warning":
+        parts = [f"recompiling: {verdict.compiled} of {verdict.judged} steps after warm-up compiled again"]
+    elif verdict.level == "stable":
+        parts = [f"{compilations}, stable"]
+    elif verdict.level == "unjudged":
+        parts = [f"{compilations}, {verdict.steps} step{'' if verdict.steps == 1 else 's'}: too short to judge"]
     else:
-        parts = [f"{count} compilation{'' if count == 1 else 's'}" + (", stable" if snapshot.warmed_up else " so far")]
+        parts = [f"{compilations} so far"]
     parts.append(workers_text(snapshot))
     parts += [
         f"{snapshot.worker_noun} {worker.rank} silent {format_duration(worker.seconds_since_heard)}"

@@ -46,7 +46,9 @@ def kind_of(place: RankPlace) -> str:
         return "io"
     if place.waits_in is not None and _WAIT.search(place.waits_in):
         return "wait"
-    source = (place.where or "").split(": ", 1)[-1]
+    # The innermost cell line's source: `where` names the cell frames above it too.
+    cell_lines = [line for line in place.stack if line.startswith("In [")]
+    source = (cell_lines[-1] if cell_lines else place.where or "").split(": ", 1)[-1]
     if _SLEEP.search(source):
         return "sleep"
     if _HOST_READ.search(source) and (place.waits_in is None or place.waits_in.startswith("torch/")):

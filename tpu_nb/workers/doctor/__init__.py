@@ -7,6 +7,8 @@
 - `places`: a frame of the user's code, named the way the notebook names it.
 - `transfers`: the shapes the user's code moves to the device, by the calling line.
 - `input_shapes`: which input changed shape, from batches or those moves.
+- `step_source`: the lines of the loop around a compilation that make sizes (on the
+  device, a slice, a data-dependent op), read from its source.
 - `span`: the steps and seconds a rate was measured over, and how rough it is.
 - `findings`: pure rules from those readings to `Diagnosis`es and compile causes.
 - `probe`: the XLA glue (counters, memory, the compilation cache), run from

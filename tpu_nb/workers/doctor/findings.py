@@ -21,6 +21,7 @@ from .input_shapes import varying_input
 from .input_watch import Shapes
 from .places import describe, first_user_frame
 from .span import Span
+from .step_source import Suspect, suspects
 from .transfers import TransferSite
 
 WARMUP_STEPS = 5
@@ -66,6 +67,11 @@ _DYNAMIC_FIX = (
     "use a fixed-size form: torch.where(mask, x, 0) or a masked sum instead of x[mask] / .nonzero(); "
     "its output size depends on the values, so XLA runs it on the CPU and recompiles what follows"
 )
+_MADE_FIX = (
+    "make it at one fixed size every step (the largest, with a mask or padding for the part a step does not use), "
+    "or at a few bucketed sizes (one graph each)"
+)
+_SLICED_FIX = "keep the full size and mask the unused part (torch.where, or a multiplied 0/1 mask) instead of slicing to a changing size"
 _FALLBACK_FIX = "these ops have no XLA lowering: use an equivalent op, or move them out of the training step (into preprocessing)"
 _PER_SHAPE_FIX = (
     "give every step the same input shapes: pad to a fixed shape (tokenizer(..., padding='max_length', max_length=N), "
@@ -122,6 +128,7 @@ class Doctor:
     _in_warmup: Reading | None = None  # the latest reading before warm-up ended (the worker's start, at the least)
     _previous: Reading | None = None
     _graphs_at: dict[str, set[str]] = field(default_factory=dict)  # place -> graph hashes compiled there
+    _frames_at: dict[str, Frame] = field(default_factory=dict)  # place -> its frame, whose source names suspects
     # (place, cause when no place, graph structure) -> {graph hash: compiled during warm-up}
     _alike: dict[tuple[str | None, str, tuple[int | None, int | None]], dict[str, bool]] = field(default_factory=dict)
     _read_places: dict[str, None] = field(default_factory=dict)  # where values were read, in order
@@ -153,7 +160,7 @@ class Doctor:
             if diagnosis is not None and self._said.get(diagnosis.key) != diagnosis:
                 self._said[diagnosis.key] = diagnosis
                 fresh.append(diagnosis)
-        return Examination(causes if after_warmup else (), tuple(fresh))
+        return Examination(causes, tuple(fresh))
 
     def _reference(self, reading: Reading, final: bool) -> Reading | None:
         """The reading to measure rates from: the first after warm-up, or at the run's end, the last before it ended."""
@@ -165,21 +172,28 @@ class Doctor:
         return None
 
     def _causes(self, reading: Reading, after_warmup: bool) -> tuple[CompileCause, ...]:
+        """Why this reading's new graphs were compiled where others were before: after warm-up, or whenever one only
+        differs in sizes (warm-up's graphs that add the optimizer's state differ in inputs and outputs)."""
         causes: dict[CompileCause, None] = {}
         for compilation in reading.compilations:
             frame = first_user_frame(compilation.frames)
             place = describe(frame) if frame is not None else None
+            if frame is not None and place is not None:
+                self._frames_at.setdefault(place, frame)
             if compilation.reads_a_value and place is not None:
                 self._read_places.setdefault(place, None)
             alike = self._alike.setdefault((place, "" if place else compilation.cause, compilation.structure), {})
+            # Same place, inputs and outputs: new sizes or constants (without a line of the user's, graphs alike by cause and
+            # structure are no evidence: a Trainer's evaluation gathers outputs of several sizes).
+            resized = place is not None and any(graph != compilation.graph_hash for graph in alike)
             alike.setdefault(compilation.graph_hash, not after_warmup)
             hashes = self._graphs_at.setdefault(place or compilation.cause, set())
             if compilation.graph_hash in hashes:
                 continue
-            cause = self._cause(compilation, place, known_place=bool(hashes), reading=reading)
+            known_place = bool(hashes)  # the first graph at a place is expected once
             hashes.add(compilation.graph_hash)
-            if cause is not None:
-                causes[cause] = None
+            if known_place and (after_warmup or resized):
+                causes[self._cause(compilation, frame, place, resized, reading)] = None
         return tuple(causes)[-MOST_CAUSES:]
 
     def _per_shape(self, reading: Reading) -> Diagnosis | None:
@@ -188,9 +202,11 @@ class Doctor:
         # Graphs alike in inputs and outputs at one place differ in sizes (or constants), not in what they compute,
         # unlike the first steps' graphs that add the optimizer's state.
         repeated = [(key, graphs) for key, graphs in self._alike.items() if sum(graphs.values()) >= 2]
-        if varying is None or not repeated:
+        if not repeated:
             return None
         (place, _cause, _structure), graphs = max(repeated, key=lambda item: len(item[1]))
+        if varying is None:
+            return self._per_size(reading, place, len(graphs))
         evidence = (
             f"the step's graph was compiled {len(graphs)} times for {len(varying.shapes)} input shapes, {varying.named}: "
             "each new shape compiles the whole step again (on a TPU, each can take minutes)"
@@ -200,19 +216,47 @@ class Doctor:
             places.append(f"{describe(varying.site)} ({len(varying.shapes)} shapes)")
         return Diagnosis(self.rank, PER_SHAPE, "Compiled once per input shape", evidence, tuple(places), _PER_SHAPE_FIX, reading.step)
 
-    def _cause(self, compilation: Compilation, place: str | None, known_place: bool, reading: Reading) -> CompileCause | None:
-        """Why a new graph was compiled where another one was before; None for the first graph at a place (expected once)."""
-        if not known_place:
+    def _per_size(self, reading: Reading, place: str | None, graphs: int) -> Diagnosis | None:
+        """The step's graph compiled again for sizes its own code makes (on the device, a slice, a data-dependent op)."""
+        frame = self._frames_at.get(place) if place is not None else None
+        in_step = suspects(frame) if frame is not None else ()
+        if not in_step:
             return None
+        evidence = (
+            f"the step's graph was compiled {graphs} times with the same inputs and outputs: sizes made in the step change "
+            "from step to step, and each new size compiles the whole step again (on a TPU, each can take minutes)"
+        )
+        places = (f"{place} ({graphs} graphs)", *(f"{describe(suspect.frame)} ({_SUSPECT_NAMES[suspect.kind]})" for suspect in in_step))
+        fix = _DYNAMIC_FIX if in_step[0].kind == "data-dependent" else _MADE_FIX if in_step[0].kind == "made" else _SLICED_FIX
+        return Diagnosis(self.rank, PER_SHAPE, "Compiled once per size", evidence, places[: MOST_PLACES + 1], fix, reading.step)
+
+    def _cause(self, compilation: Compilation, frame: Frame | None, place: str | None, resized: bool, reading: Reading) -> CompileCause:
+        """Why a new graph was compiled where another one was before, from the most direct evidence to the least."""
+        varying = varying_input(reading.shapes, reading.transfers)
+        moved_at = describe(varying.site) if varying is not None and varying.site is not None else None
         change = shape_change(reading.shapes)
         if change is not None:
             dimension, was, now = change
-            return CompileCause(f"input shape changed ({dimension} {now} vs {was})", place, _SHAPE_FIX[dimension])
+            return CompileCause(f"input shape changed ({dimension} {now} vs {was})", moved_at or place, _SHAPE_FIX[dimension])
+        if varying is not None and moved_at is not None:
+            return CompileCause(f"input shapes moved to the device change ({varying.named})", moved_at, _PER_SHAPE_FIX)
+        in_step = suspects(frame) if frame is not None else ()
         dynamic = sorted(DYNAMIC_SHAPE_OPS & set(reading.fallbacks))
         if dynamic:
-            return CompileCause(f"dynamic shape from .{dynamic[0].removeprefix('aten::')}()", place, _DYNAMIC_FIX)
+            op = dynamic[0].removeprefix("aten::")
+            where = next((describe(suspect.frame) for suspect in in_step if suspect.kind == "data-dependent"), None)
+            where = where or next((read for read in self._read_places if op in read), place)
+            return CompileCause(f"a data-dependent op (.{op}()): its result's size depends on the values", where, _DYNAMIC_FIX)
         if compilation.reads_a_value:
             return CompileCause("a value was read from the device in the middle of the step", place, _HOST_READ_FIX)
+        if in_step:
+            return _suspect_cause(in_step[0])
+        if resized:
+            return CompileCause(
+                "the step's graph compiled again with the same inputs and outputs: a size or a Python number in it changes between steps",
+                place,
+                _GRAPH_CHANGED_FIX,
+            )
         return CompileCause(
             "the step's graph changed (tensor sizes, Python control flow on a tensor value, or a changing Python number)",
             place,
@@ -266,6 +310,19 @@ class Doctor:
             "the device sits idle meanwhile"
         )
         return Diagnosis(self.rank, INPUT_BOUND, "Input-bound", evidence, (), _INPUT_FIX, reading.step)
+
+
+_SUSPECT_NAMES = {"made": "made on the device", "sliced": "sliced", "data-dependent": "data-dependent size"}
+
+
+def _suspect_cause(suspect: Suspect) -> CompileCause:
+    """The cause a line of the step's own code explains: a size it makes changes between steps."""
+    place = describe(suspect.frame)
+    if suspect.kind == "made":
+        return CompileCause("a tensor made on the device at a size that changes between steps", place, _MADE_FIX)
+    if suspect.kind == "sliced":
+        return CompileCause("a slice to a size that changes between steps", place, _SLICED_FIX)
+    return CompileCause("a data-dependent op: its result's size depends on the values", place, _DYNAMIC_FIX)
 
 
 def shape_change(shapes: tuple[Shapes, ...]) -> tuple[str, int, int] | None:

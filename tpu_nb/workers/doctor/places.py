@@ -33,10 +33,12 @@ def first_user_frame(frames: Iterable[Frame]) -> Frame | None:
     return None
 
 
-def describe(frame: Frame, sources: Mapping[str, Sequence[str]] | None = None) -> str:
+def describe(frame: Frame, sources: Mapping[str, Sequence[str]] | None = None, *, function: bool = False, file: bool = True) -> str:
     """ "In [4], line 7: loss.item()" for a cell, "train.py, line 7: ..." for a file.
 
     `sources`: the lines of files this process does not have (a pod run's cells, by name).
+    `function`: name the frame's function ("In [4], line 3, in sleeping: ..."), unless it is the cell's own code;
+    `file`: False leaves the cell or file out ("line 3, in sleeping: ..."), for a call in the one named before it.
     """
     lines = sources.get(frame.filename) if sources is not None else None
     if lines is not None:
@@ -45,7 +47,11 @@ def describe(frame: Frame, sources: Mapping[str, Sequence[str]] | None = None) -
         source = linecache.getline(frame.filename, frame.line).strip()
     if len(source) > _LONGEST_SOURCE:
         source = source[: _LONGEST_SOURCE - 1] + "…"
-    where = f"{_file_label(frame.filename)[:_LONGEST_SOURCE]}, line {frame.line}"
+    where = f"line {frame.line}"
+    if file:
+        where = f"{_file_label(frame.filename)[:_LONGEST_SOURCE]}, {where}"
+    if function and frame.function != "<module>":
+        where += f", in {frame.function}"
     return f"{where}: {source}" if source else where
 
 
