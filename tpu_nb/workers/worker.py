@@ -23,6 +23,7 @@ from . import checkpointing, reporting
 from .chip_ranks import ChipRun, start_rank
 from .doctor.probe import WorkerDoctor, analyse_compilations, start_compile_cache
 from .doctor.torch_tpu_doctor import TRACE_DIRECTORY, TorchTpuDoctor
+from .hub_kernels import keep_hub_kernels_off_xla
 from .output import capture_output, flush_output, thread_rank
 from .programs import Program, WorkerContext
 from .read_back import materialise_pending
@@ -154,7 +155,8 @@ def _finish_checkpoints(reporter: reporting.WorkerReporter) -> None:
 
 
 def _prepare_process(payload: WorkerPayload, reporter: reporting.WorkerReporter, context: WorkerContext) -> None:
-    """Once per process, before the user's code computes anything: stack dumps, the watchdog, the compilation cache, the XLA doctor."""
+    """Once per process, before the user's code computes anything: stack dumps, the watchdog, hub kernels off XLA, the
+    compilation cache, the XLA doctor."""
     global _doctor_started
     with _setup_lock:
         if _doctor_started:  # TPU v2/v3: another device thread of this process got here first
@@ -172,6 +174,7 @@ def _prepare_process(payload: WorkerPayload, reporter: reporting.WorkerReporter,
                 trace = os.environ.get("TORCH_TRACE")  # set by start_rank in fused mode, or by the user
                 reporter.doctor = TorchTpuDoctor(context.rank, stack.read_compiles, Path(trace) if trace else None)
             return  # the XLA compilation cache and doctor are torch_xla's
+        keep_hub_kernels_off_xla()
         cache_on = False
         if payload.compile_cache is not None:
             note = start_compile_cache(payload.compile_cache, context.rank)
