@@ -66,3 +66,22 @@ def test_tpu_nb_asks_for_fork_under_the_forkserver_default_of_python_3_14(kernel
     background = kernel.run("%%tpu_train --background --name job --no-progress\nsum(values)")
     assert not errors_of(background), text_of(background)
     assert "6" in text_of(kernel.run("print(job.wait(120))", allow_errors=False))
+
+
+PARALLEL_CPU_OP = """
+import torch
+torch.set_num_threads(2)  # GNU OpenMP's pool starts with a parallel op on two or more threads
+features = torch.randn(1000, 1000)
+torch.nn.functional.layer_norm(features, (1000,)).shape  # a parallel CPU op in the notebook's own thread
+"""
+
+
+def test_workers_run_parallel_cpu_ops_after_the_notebook_ran_one(kernel: Kernel) -> None:
+    """The notebook's OpenMP pool is not the workers': a fork of its thread would wait for the pool forever."""
+    kernel.run("%load_ext tpu_nb", allow_errors=False)
+    kernel.run(PARALLEL_CPU_OP, allow_errors=False)
+    cell = "import torch\nround(torch.nn.functional.layer_norm(features, (1000,)).abs().mean().item(), 1) + world_size"
+    trained = kernel.run(f"%%tpu_train --no-progress\n{cell}", timeout=90)
+    assert "1.8" in text_of(trained) and not errors_of(trained), text_of(trained)
+    spmd = kernel.run(f"%%tpu_train --spmd --cores 2 --no-progress\n{cell}", timeout=90)
+    assert "2.8" in text_of(spmd) and not errors_of(spmd), text_of(spmd)

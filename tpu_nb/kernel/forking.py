@@ -15,10 +15,12 @@ IPython 7.34 to 9), and the locks they may hold:
 - IPython's history-saving thread (the SQLite history database): the child
   never touches history;
 - native pools started by libraries the notebook used: OpenBLAS (numpy),
-  OpenMP (torch), Rayon (tokenizers). OpenBLAS and torch re-initialise their
-  pools after a fork through their own at-fork handlers; tokenizers turns
-  its parallelism off in a forked child, and the workers get
-  TOKENIZERS_PARALLELISM=false so it does that quietly;
+  OpenMP (torch), Rayon (tokenizers). OpenBLAS re-initialises its pool after
+  a fork through its own at-fork handler; GNU OpenMP does not, and a fork of
+  the thread that used it hangs at its first parallel op, so the supervisor
+  forks the workers from a thread of its own (`tpu_nb.workers.supervisor`);
+  tokenizers turns its parallelism off in a forked child, and the workers
+  get TOKENIZERS_PARALLELISM=false so it does that quietly;
 - threads the user started: not known to tpu_nb, see below.
 
 What the child (the supervisor) runs before it is a process of its own:

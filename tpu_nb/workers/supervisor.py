@@ -17,6 +17,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Callable
@@ -99,18 +100,51 @@ def spawn_workers(payload: worker.WorkerPayload) -> SupervisorReport:
     worker.PAYLOAD = payload
     os.register_at_fork(after_in_child=_become_worker)
     tracker = _ExitTracker()
-    try:
-        if payload.chips is not None:
-            _run_chip_workers(payload.chips.chips)
-        elif payload.mesh is None:
-            import torch_xla.distributed.xla_multiprocessing as xmp
-
-            xmp.spawn(worker.run_worker, start_method="fork")
-        else:
-            _run_spmd_worker()
-    except BaseException as error:  # noqa: BLE001 - reported to the kernel, whatever it is
+    error = _in_a_fresh_thread(functools.partial(_fork_and_wait, payload))
+    if error is not None:
         return SupervisorReport("".join(traceback.format_exception_only(type(error), error)).strip(), tracker.stop())
     return SupervisorReport(None, tracker.stop())
+
+
+def _fork_and_wait(payload: worker.WorkerPayload) -> None:
+    if payload.chips is not None:
+        _run_chip_workers(payload.chips.chips)
+    elif payload.mesh is None:
+        import torch_xla.distributed.xla_multiprocessing as xmp
+
+        xmp.spawn(worker.run_worker, start_method="fork")
+    else:
+        _run_spmd_worker()
+
+
+def _in_a_fresh_thread(forks: Callable[[], None]) -> BaseException | None:
+    """Run `forks` (what forks the workers) in a thread of its own and wait; return what it raised.
+
+    The supervisor is a fork of the kernel's main thread, so that thread's
+    OpenMP state is the kernel's: once the notebook has run one of torch's
+    parallel CPU ops (most ops on more than 32k elements, with two or more
+    threads), GNU OpenMP's thread pool belongs to it, and a process forked
+    from it has the pool's record without its threads: its first parallel CPU
+    op waits for them forever (a layer norm, a dtype conversion, a CPU
+    model's forward). A thread started here has no pool, and neither has a
+    process forked from it, whose sole thread it is (Python makes that thread
+    the child's main thread, signals included); the first parallel op starts
+    a new pool. Linux sends a worker's death signal when the thread that
+    forked it ends: the thread waits for every worker, except after a rank's
+    error, when the others, waiting for it in a collective, end with it.
+    """
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            forks()
+        except BaseException as error:  # noqa: BLE001 - handed to the supervisor's thread, whatever it is
+            raised.append(error)
+
+    thread = threading.Thread(target=run, name="tpu_nb-fork-workers")
+    thread.start()
+    thread.join()
+    return raised[0] if raised else None
 
 
 def _run_spmd_worker() -> None:
