@@ -29,7 +29,7 @@ initialised = []
 real_init = _loader._init_device
 _loader._init_device = lambda device: initialised.append(device) or real_init(device)
 
-from tpu_nb.workers.chip_ranks import TORCH_TPU, ChipRun, rank_environment, start_rank
+from tpu_nb.workers.chip_ranks import TORCH_TPU, ChipRun, place_rank, rank_environment, start_rank
 
 run = ChipRun.plan(TORCH_TPU, "v6e", {chips}, "eager")
 environment = rank_environment(run, {rank})
@@ -37,7 +37,7 @@ try:
     if {chips} == 1:
         start_rank(run, {rank})
     else:  # what start_rank does before joining the process group, which would start the chips' runtime
-        os.environ.update(environment)
+        place_rank(run, {rank})
         TORCH_TPU.load()
 except Exception as error:
     print(json.dumps({{"raised": f"{{type(error).__name__}}: {{error}}"}}))
@@ -49,7 +49,21 @@ print(json.dumps({{
     "device": str(torch.device("tpu:0")),
     "autoload": os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD"),
     "environment": {{name: os.environ.get(name) for name in environment}},
+    "inherited": {{name: os.environ[name] for name in ("TPU_VISIBLE_DEVICES", "TPU_HOST_BOUNDS") if name in os.environ}},
 }}))
+"""
+
+# torch_tpu's own launcher (`set_tpu_launch_env`, single host) in a fresh process, on a v6e host of 8 chips: only
+# the PCI scan is replaced. What it sets is what each rank's environment must agree with.
+LAUNCHER = """
+import json, os
+from torch_tpu._internal.utils import hardware
+from torch_tpu._internal.distributed import distributed
+
+hardware._scan_pci_tpus = lambda: (8, hardware._V6E_TOPOLOGY)
+distributed.set_tpu_launch_env(nproc_per_node={chips})
+print(json.dumps({{name: os.environ.get(name) for name in
+                  ("TORCH_TPU_TOPOLOGY", "TORCH_TPU_SLICEBUILDER_ADDRESSES", "TORCH_TPU_XPROF_SESSION_ID")}}))
 """
 
 
@@ -57,6 +71,9 @@ def run_rank(python: str, chips: int, rank: int = 0, found: int | None = None) -
     """One rank's start in a fresh process, autoloading off as a rank inherits it from the notebook."""
     env = {name: value for name, value in os.environ.items() if name != "PJRT_DEVICE"}
     env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    # Placed by a platform for the notebook's process: one chip for every process, which a rank must not inherit.
+    env["TPU_VISIBLE_DEVICES"] = "3"
+    env["TPU_HOST_BOUNDS"] = "1,1,1"  # the host's: stays
     done = subprocess.run(
         [python, "-c", RANK.format(chips=chips, rank=rank, found=chips if found is None else found)],
         capture_output=True,
@@ -90,10 +107,25 @@ def test_a_rank_loads_the_tpu_device_and_the_tpu_dist_process_group_through_torc
     assert loaded["backend"] == "tpu" and loaded["device"] == "tpu:0"
     assert loaded["process_groups"] == ["tpu_dist", "tpu"]
     assert loaded["autoload"] == "0"  # the loader restores what the rank inherited: its own children load nothing
-    if chips > 1:
-        environment = loaded["environment"]
-        assert environment["RANK"] == str(rank) and environment["WORLD_SIZE"] == str(chips)
-        assert len(environment["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")) == chips
+    # The rank's variables, as torch_tpu's runtime reads them after its loader ran (it requires all of these once
+    # WORLD_SIZE is set): one chip is a world of one, confined to its chip.
+    environment = loaded["environment"]
+    assert environment["RANK"] == str(rank) and environment["WORLD_SIZE"] == str(chips)
+    assert environment["LOCAL_RANK"] == str(rank) and environment["MASTER_ADDR"] and environment["MASTER_PORT"]
+    assert loaded["inherited"] == {"TPU_HOST_BOUNDS": "1,1,1"}  # TPU_VISIBLE_DEVICES=3 would put every rank on chip 3
+    # ... and agree with what torch_tpu's own launcher sets for that many processes on the host.
+    launcher = launch_env(torch_tpu_python, chips)
+    assert environment["TORCH_TPU_TOPOLOGY"] == launcher["TORCH_TPU_TOPOLOGY"]
+    assert len(environment["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")) == len(launcher["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(","))
+    assert environment["TORCH_TPU_XPROF_SESSION_ID"].isdigit() and launcher["TORCH_TPU_XPROF_SESSION_ID"].isdigit()
+
+
+def launch_env(python: str, chips: int) -> dict:
+    env = {name: value for name, value in os.environ.items() if not name.startswith("TORCH_TPU_")}
+    env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    done = subprocess.run([python, "-c", LAUNCHER.format(chips=chips)], capture_output=True, text=True, timeout=300, env=env, cwd="/")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def test_a_rank_whose_backend_does_not_register_says_why_and_what_to_do(torch_tpu_python: str) -> None:

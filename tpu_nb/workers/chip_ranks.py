@@ -5,7 +5,10 @@ device use), from the variables a launcher sets: the process's place in the
 world (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`) and
 the host's chips (`TORCH_TPU_SLICEBUILDER_ADDRESSES`: one localhost port per
 chip; `TORCH_TPU_TOPOLOGY`: what `torch.tpu.distributed.set_tpu_launch_env`
-gives for that many chips of that generation). A process forked after the
+gives for that many chips of that generation), and the launch's profile
+session (`TORCH_TPU_XPROF_SESSION_ID`). One chip is a world of one chip, as
+`set_tpu_launch_env(nproc_per_node=1)` makes it: without those variables
+torch_tpu would open every chip of the host while using one. A process forked after the
 runtime started is refused ("cannot access or re-initialize TPU in a forked
 subprocess"), so the supervisor forks one per chip from a process that never
 used the device; each sets its variables, loads torch_tpu's backend, sets
@@ -25,6 +28,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -47,6 +51,23 @@ TOPOLOGIES: dict[str, dict[int, str]] = {
     "v5p": {1: "1,1,1", 2: "1,2,1", 4: "2,2,1", 8: "2,2,2"},
     "v7x": {2: "1,1,1,2", 4: "1,2,1,2", 8: "2,2,1,2"},
 }
+
+
+# Variables that place one process among a host's chips, read by libtpu and torch_tpu's runtime
+# (GetDistributedWorkerConfiguration in torch_tpu's C++ glue): a platform or a launcher may have set them for
+# the notebook's own process, and a rank inheriting them would take their chip (TPU_VISIBLE_DEVICES holding one
+# integer overrides every rank's), not its own. Each rank removes them; the host's bounds (TPU_HOST_BOUNDS,
+# TPU_CHIPS_PER_HOST_BOUNDS) describe the host, not a process, and stay.
+INHERITED_PLACEMENT = (
+    "TPU_VISIBLE_DEVICES",
+    "TPU_VISIBLE_CHIPS",
+    "TPU_PROCESS_BOUNDS",
+    "TPU_CHIPS_PER_PROCESS_BOUNDS",
+    "TPU_PROCESS_PORT",
+    "TPU_PROCESS_ADDRESSES",
+    "CLOUD_TPU_TASK_ID",
+)
+XPROF_SESSION = "TORCH_TPU_XPROF_SESSION_ID"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,28 +93,42 @@ class ChipRun:
     mode: ExecutionMode
     master_port: int
     chip_ports: tuple[int, ...]  # one per chip: TorchTPU's slice builder on each
+    xprof_session: str  # groups the ranks' profiles of this launch
 
     @classmethod
     def plan(cls, stack: ChipStack, generation: str, chips: int, mode: ExecutionMode) -> ChipRun:
-        """A run of `chips` processes, with ports free on this host now for the rendezvous and each chip."""
+        """A run of `chips` processes, with ports free on this host now for the rendezvous and each chip.
+
+        Its profile session is new for each launch, as `set_tpu_launch_env` makes one, unless the notebook's
+        environment names one (which that function never overwrites either).
+        """
         ports = free_ports(chips + 1)
-        return cls(stack, generation, chips, mode, ports[0], tuple(ports[1:]))
+        session = os.environ.get(XPROF_SESSION) or str(time.time_ns())
+        return cls(stack, generation, chips, mode, ports[0], tuple(ports[1:]), session)
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct TCP ports free on this host now (held open together, so none is given twice)."""
+    """`count` distinct TCP ports free on this host now (held open together, so none is given twice).
+
+    Bound on every address, as torch_tpu's launcher (portpicker) checks: the ranks listen on "localhost".
+    """
     with ExitStack() as held:
         probes = [held.enter_context(socket.socket()) for _ in range(count)]
         for probe in probes:
-            probe.bind(("127.0.0.1", 0))
+            probe.bind(("", 0))
         return [int(probe.getsockname()[1]) for probe in probes]
 
 
 def rank_environment(run: ChipRun, rank: int) -> dict[str, str]:
-    """The variables rank `rank` sets before its runtime starts: its place in the world, the rendezvous, the host's chips."""
-    if run.chips == 1:
-        return {}  # one chip: a plain process, which TorchTPU binds to chip 0
+    """The variables rank `rank` sets before its runtime starts: its place in the world, the rendezvous, the host's chips.
+
+    One chip too: a world of one, which torch_tpu confines to its chip (the host's others stay free), except
+    where torch_tpu knows no one-chip slice (v7x, whose chip is two devices): a plain process there, which
+    torch_tpu gives the whole host.
+    """
     topology = TOPOLOGIES.get(run.generation, {}).get(run.chips)
+    if topology is None and run.chips == 1:
+        return {XPROF_SESSION: run.xprof_session}
     if topology is None:
         counts = ", ".join(map(str, TOPOLOGIES.get(run.generation, {}))) or "none known to tpu_nb"
         raise ValueError(f"TorchTPU runs {counts} processes on a TPU {run.generation} host, not {run.chips}")
@@ -106,7 +141,16 @@ def rank_environment(run: ChipRun, rank: int) -> dict[str, str]:
         "MASTER_PORT": str(run.master_port),
         "TORCH_TPU_SLICEBUILDER_ADDRESSES": ",".join(f"localhost:{port}" for port in run.chip_ports),
         "TORCH_TPU_TOPOLOGY": topology,
+        XPROF_SESSION: run.xprof_session,
     }
+
+
+def place_rank(run: ChipRun, rank: int) -> None:
+    """Give this process rank `rank`'s place among the host's chips: its variables set, an inherited placement removed."""
+    environment = rank_environment(run, rank)
+    for name in INHERITED_PLACEMENT:
+        os.environ.pop(name, None)
+    os.environ.update(environment)
 
 
 def start_rank(run: ChipRun, rank: int, trace_dir: Path | None = None) -> Any:
@@ -117,7 +161,7 @@ def start_rank(run: ChipRun, rank: int, trace_dir: Path | None = None) -> Any:
     """
     import torch
 
-    os.environ.update(rank_environment(run, rank))
+    place_rank(run, rank)
     if trace_dir is not None and "TORCH_TRACE" not in os.environ:
         os.environ["TORCH_TRACE"] = str(trace_dir)
         _restart_torch_trace()
