@@ -81,6 +81,6 @@ def test_python_3_12s_fork_warning_is_not_shown(kernel: Kernel) -> None:
         assert all(
             "jupyter_client" in line or line.strip().startswith("return datetime")
             for line in shown(cell).replace("trained 0\n", "").splitlines()
-        )
+        ), shown(cell)
     kernel.run("warnings.warn('the user still sees their own warnings')", allow_errors=False)
     assert "the user still sees their own warnings" in shown(kernel.notebook.cells[-1])

@@ -67,6 +67,10 @@ def supervise(payload: worker.WorkerPayload, environment: WorkerEnvironment, ker
     # pool for a fork itself. Python 3.12+'s warning about it says nothing the
     # user can act on.
     warnings.filterwarnings("ignore", message=FORK_WARNING.pattern, category=DeprecationWarning)
+    # The workers are forked from a thread of this process's own (`_in_a_fresh_thread`), so in each the main
+    # thread's thread-local objects go: among them ipykernel's per-thread zmq sockets, whose ResourceWarning
+    # ("Unclosed socket") a notebook with every warning on would see from each worker. They were the kernel's.
+    warnings.filterwarnings("ignore", message=r"Unclosed socket <zmq\.", category=ResourceWarning)
     environment.apply()
     if payload.chips is None:  # a TorchTPU run never imports torch_xla
         _note_what_torch_xla_imports(payload.places.run_dir)
