@@ -8,8 +8,10 @@ STAMP := $(VENV)/.tpu_nb-installed
 
 # Tests run side by side in this many pytest-xdist workers: most of the suite waits (on kernels starting, forked
 # workers, sleeps that stand for a TPU's long steps), so two keep a 2-core machine busy; `make test TEST_WORKERS=0`
-# runs them one after another in one process.
+# runs them one after another in one process. Work stealing: a worker that has run out takes half of what another
+# still has queued (xdist's default hands out everything early and let one worker run alone for 16 of 25 minutes).
 TEST_WORKERS ?= 2
+PARALLEL := -n $(TEST_WORKERS) --dist worksteal
 
 install: $(STAMP)
 
@@ -29,7 +31,7 @@ test: install
 	$(BIN)/ruff format --check tpu_nb tests scripts benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	PJRT_DEVICE=CPU $(BIN)/python -m pytest -n $(TEST_WORKERS)
+	PJRT_DEVICE=CPU $(BIN)/python -m pytest $(PARALLEL)
 
 # Colab's and Kaggle's TPU images (compat/*-tpu.txt): each gets a venv with
 # the image's packages, tpu_nb installed as users install it (pip must change
@@ -58,7 +60,7 @@ test-compat: install $(COMPAT_IMAGES:%=.venv-%/.image-installed) test-torch-tpu
 		mkdir -p build/compat-$$image; \
 		cd build/compat-$$image; \
 		PJRT_DEVICE=CPU TORCH_WARM_POOL=0 ../../.venv-$$image/run-python -P -m pytest -c ../../setup.cfg --rootdir ../.. \
-			-n $(TEST_WORKERS) ../../tests $(NOT_IN_IMAGES:%=--ignore=../../%); \
+			$(PARALLEL) ../../tests $(NOT_IN_IMAGES:%=--ignore=../../%); \
 		cd ../..; \
 	done
 	TPU_NB_CLASSIC_NOTEBOOK_PYTHON=$(CURDIR)/.venv-colab/run-python PJRT_DEVICE=CPU TORCH_WARM_POOL=0 \
