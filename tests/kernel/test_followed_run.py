@@ -157,6 +157,32 @@ def test_in_the_foreground_a_second_interrupt_ends_at_once_and_the_run_is_releas
     assert run.stop_asked and run.ended_with == ["interrupt"] and ending.status == "interrupted" and run.released
 
 
+class DrawingRun(ScriptedRun):
+    """A run whose observer is interrupted in the middle of its work (as the dashboard drawing its chart)."""
+
+    def __init__(self) -> None:
+        super().__init__(LaunchOptions(stop_grace=60), stop_takes=0.3)
+        self.drawn: list[int] = []
+
+    def _take_events(self, timeout: float) -> None:
+        self._deliver(Progress(0, len(self.delivered) + 1, {"loss": 1.0}))
+
+    def on_event(self, event: Event) -> None:
+        super().on_event(event)
+        if len(self.delivered) == 3:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # type: ignore[arg-type]
+        time.sleep(0.02)  # the interrupt arrives here, in the middle of the observer's work
+        self.drawn.append(len(self.delivered))
+
+
+def test_in_the_foreground_an_interrupt_is_taken_between_polls_never_inside_an_observer() -> None:
+    run = DrawingRun()
+    run_in_foreground(run)
+    assert run.drawn == list(range(1, len(run.delivered) + 1))  # every event's work finished
+    assert run.stop_asked and run.ended_with == [] and run.released  # a graceful stop, ended at its step
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_closing_a_run_that_did_not_end_ends_it() -> None:
     run = ScriptedRun(LaunchOptions())
     run.start()

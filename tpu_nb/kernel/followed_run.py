@@ -24,6 +24,7 @@ from tpu_nb.wire.stacks import StackReport
 
 from .deadlines import Deadline, StopNeeds
 from .endings import Ending
+from .interrupts import interrupts_counted
 from .options import LaunchOptions
 from .output import Write, write_to_sys
 from .progress.display import ProgressDisplay
@@ -232,17 +233,25 @@ class FollowedRun(ABC):
 
 
 def run_in_foreground(run: FollowedRun) -> Ending:
-    """Run in this thread. The first interrupt stops gracefully, a second one at once."""
+    """Run in this thread. The first interrupt stops gracefully, a second one at once.
+
+    Once the run has started, interrupts are taken between polls, never in the middle of one (`interrupts`).
+    """
     try:
         run.start()
-        while not run.ended:
-            try:
-                run.poll()
-            except KeyboardInterrupt:
-                if run.request_stop():
-                    print(f"tpu_nb: {run.stopping_note}", file=sys.stderr)
-                else:
-                    run.kill_now()
-        return run.finish()
+        with interrupts_counted() as interrupts:
+            while not run.ended:
+                try:
+                    run.poll()
+                    interrupted = interrupts.take()
+                except KeyboardInterrupt:  # where interrupts cannot be counted (not the main thread)
+                    interrupted = 1
+                for _ in range(interrupted):
+                    if run.request_stop():
+                        print(f"tpu_nb: {run.stopping_note}", file=sys.stderr)
+                    else:
+                        run.kill_now()
+                        break
+            return run.finish()
     finally:
         run.close()
