@@ -23,8 +23,9 @@ collect_ignore = [] if os.environ.get("TPU_NB_TORCH_TPU_ENV") == "1" else ["torc
 
 
 # What takes longest, first (measured: the README's "Supported versions and the images tested"): the tutorials (40-200 s each), the real kernels (10-100 s)
-# and JupyterLab start kernels and train; pytest-xdist hands tests out in order, so the short ones fill the
-# workers' gaps at the end instead of one long test running alone after the rest.
+# and JupyterLab start kernels and train; pytest-xdist's work stealing (Makefile) splits this order between the
+# workers and moves queued tests to whichever runs out, so the short ones come last and fill the gaps instead of
+# one long test running alone after the rest.
 LONGEST_FIRST = ("/tests/notebooks/", "/tests/browser/", "/tests/real_kernel/", "/tests/kernel/pod/test_pod_run.py")
 
 
