@@ -17,7 +17,7 @@ from tpu_nb.kernel.deadlines import Deadline
 from tpu_nb.kernel.endings import Ending
 from tpu_nb.kernel.followed_run import FollowedRun, run_in_foreground
 from tpu_nb.kernel.options import LaunchOptions
-from tpu_nb.wire.events import Event, Notice, Progress
+from tpu_nb.wire.events import Event, Heartbeat, Notice, Progress
 from tpu_nb.wire.stacks import StackReport
 
 
@@ -207,3 +207,20 @@ def test_a_deadline_asks_for_a_graceful_stop_early_enough_and_says_so(capsys: py
     said = capsys.readouterr().err
     assert said.startswith("tpu_nb: stopping now: deadline ") and said.rstrip().endswith("(add --checkpoint DIR to save it then).")
     assert run._stopped_by == "its deadline"
+
+
+def test_a_rank_that_starts_evaluating_after_the_stop_was_announced_is_announced_once() -> None:
+    """A stop asked just before a rank's heartbeat says it evaluates: the user learns why the stop now waits longer."""
+    run = ScriptedRun(LaunchOptions(stop_grace=0.2), stop_takes=0.4)
+    run.start()
+    run._deliver(Progress(0, 1, {"loss": 1.0}))
+    run.request_stop()
+    run.poll()
+    for _ in range(3):  # one rank's heartbeats, once a poll: the same phase is named once
+        run._deliver(Heartbeat(0, 1, "eval", 1, 0.5))
+        run.poll()
+    follow(run)
+    notes = [event.text for event in run.delivered if isinstance(event, Notice)]
+    assert len(notes) == 2, notes
+    assert notes[0].startswith("stopping at the next step boundary every worker reaches after step 1: within 0.2s")
+    assert notes[1].startswith("stopping at the next step boundary every worker reaches after step 1: a rank is evaluating; then up to")

@@ -59,6 +59,7 @@ class FollowedRun(ABC):
         self._deadline: Deadline | None = None  # set by `_start` where the run has one
         self._stop_clock = StopClock(options.stop_grace, options.checkpoints)  # how long a stop waits, learned as the run goes
         self._stop_announced = False
+        self._busy_announced: str | None = None  # the long phase last named to the user while the stop waits
         self._stopped_by = "user"
 
     @property
@@ -100,9 +101,8 @@ class FollowedRun(ABC):
         if self._ended:
             return
         assert self._started_at is not None, "poll() is for a started run"
-        if self.stopping and not self._stop_announced:
-            self._stop_announced = True
-            self._deliver(Notice(0, self.stopping_note))
+        if self.stopping:
+            self._announce_stop()
         now = time.monotonic()
         if self._worker_failed():
             self._end_now(None)
@@ -122,6 +122,19 @@ class FollowedRun(ABC):
                 "stderr", f"tpu_nb: no step boundary within {self.stop_wait().seconds:.0f}s of the stop: ending every worker now.\n"
             )
             self._end_now("interrupt")
+
+    def _announce_stop(self) -> None:
+        """Say what the stop waits for once it is asked, and again when a rank enters a long phase it now waits for.
+
+        A heartbeat comes once a second: a stop asked just as an evaluation began was announced with the wait of a
+        step, then took as long as the evaluation; the user is told why.
+        """
+        wait = self.stop_wait()
+        phase = None if wait.busy is None else wait.busy.split(" (")[0]  # "compiling", not its changing seconds
+        if self._stop_announced and phase in (None, self._busy_announced):
+            return
+        self._stop_announced, self._busy_announced = True, phase
+        self._deliver(Notice(0, self.stopping_note))
 
     def request_stop(self) -> bool:
         """Graceful stop (any thread); False if one was already asked for."""
