@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 
@@ -12,6 +13,13 @@ from collections.abc import Iterator
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from support.platforms import fake_torch_xla, make_system  # noqa: F401 - fixtures for every test
+
+# pytest's process stands for a notebook's kernel after its first run: tpu_nb.kernel.warm_imports leaves
+# there torch's compiler stack, which torch_xla imports at its top (never torch_xla itself). Each fork of a
+# test then imports torch_xla in about 0.3 CPU-seconds instead of 4 (measured). The cold first run is what
+# every test in tests/real_kernel and tests/notebooks starts: each runs in a new kernel.
+for compiler_module in ("torch._dynamo", "torch._inductor.lowering", "torch._inductor.fx_passes.post_grad", "functorch.compile"):
+    importlib.import_module(compiler_module)
 
 # tests/torch_tpu_env runs only inside the TorchTPU environment (torch 2.14.1 + torch_tpu, no torch_xla):
 # `make test-torch-tpu` builds .venv-torch-tpu and runs pytest there on that directory alone, with
