@@ -1,10 +1,12 @@
-"""A kernel kept warm between runs, and left as the user had it: no torch_xla, no runtime, no new threads, the same settings.
+"""A kernel kept warm between runs, and left as the user had it: no torch_xla, no runtime, no new threads, the same settings;
+the cell after a run imports what it likes.
 
 (Twenty interrupt cycles leaving nothing: test_process_per_device_kernel.py, with a process per device.)
 """
 
 from __future__ import annotations
 
+import pytest
 from support.kernel import Kernel, text_of
 
 SNAPSHOT = """
@@ -16,6 +18,7 @@ def kernel_state():
 """
 
 
+@pytest.mark.fresh_kernel
 def test_after_a_run_the_kernel_has_what_torch_xla_builds_on_but_not_torch_xla(kernel: Kernel) -> None:
     kernel.run("%load_ext tpu_nb", allow_errors=False)
     kernel.run(SNAPSHOT, allow_errors=False)
@@ -38,3 +41,12 @@ def test_after_a_run_the_kernel_has_what_torch_xla_builds_on_but_not_torch_xla(k
     assert "NO NEW THREADS True" in text, text
     second = kernel.run("%%tpu_train --no-progress\nimport torch_xla.core.xla_model as xm\n(torch.ones(2, device=device) * 4).sum().item()")
     assert "8.0" in text_of(second), text_of(second)
+
+
+@pytest.mark.fresh_kernel
+def test_the_cell_after_a_first_run_can_import_the_trainer_at_once(kernel: Kernel) -> None:
+    """The warm imports run between cells: the next cell's imports never race them (which broke torch_xla's import)."""
+    kernel.run("%load_ext tpu_nb\nimport torch", allow_errors=False)
+    kernel.run("%%tpu_train --no-progress\n(torch.ones(2, device=device) * 3).sum().item()", allow_errors=False)
+    imported = kernel.run("from transformers import Trainer\nimport torch_xla\nprint(torch_xla.runtime.__name__)")
+    assert text_of(imported).strip() == "torch_xla.runtime", text_of(imported)

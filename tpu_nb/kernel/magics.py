@@ -17,6 +17,7 @@ from tpu_nb.runtime.system import installed_version
 from tpu_nb.wire.run_directory import Cell
 from tpu_nb.workers.programs import CellProgram, compile_cell
 
+from . import warm_imports
 from .background import BackgroundRun, start_in_background
 from .cell_source import cache_as_written, running_cell_number
 from .checkpoint_plans import describe_checkpoints
@@ -348,3 +349,4 @@ def unload(ipython: InteractiveShell) -> None:
     manager.magics["cell"].pop("tpu_prepare", None)
     manager.registry.pop(TpuMagics.__name__, None)
     RECORDED.clear()  # the recorded cells go with the extension that recorded them
+    warm_imports.cancel(ipython)  # its event handlers go with it too
