@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import nbformat
 from support.kernel import Kernel, errors_of, summary_of, text_of
 
 LOOP = """%%tpu_train
@@ -23,7 +24,7 @@ def test_a_per_step_item_is_named_by_its_cell_line_live_and_in_the_summary(kerne
     kernel.run("%load_ext tpu_nb\nimport time, torch, torch_xla", allow_errors=False)
     cell = kernel.run(LOOP.replace("READ", "value = loss.item()"), timeout=300)
     assert not errors_of(cell), text_of(cell)
-    place = "In [2], line 10: value = loss.item()"  # line 1 is the %%tpu_train line, as in tracebacks
+    place = f"In [{cell.execution_count}], line 10: value = loss.item()"  # line 1 is the %%tpu_train line, as in tracebacks
     live = "\n".join(state["value"] for state in kernel.client.widget_state.values() if state.get("_model_name") == "HTMLModel")
     assert "Host syncs" in live and place in live
     summary = summary_of(cell)
@@ -59,7 +60,8 @@ def test_a_step_compiled_per_batch_size_in_warm_up_is_named_by_its_cell_lines(ke
     assert not errors_of(cell), text_of(cell)
     text = summary_of(cell)["text/plain"]
     assert "XLA doctor: Compiled once per input shape: the step's graph was compiled 6 times for 6 input shapes" in text
-    assert "In [2], line 10: torch_xla.sync() (6 graphs); In [2], line 5: x = torch.randn(8 + step % 6, 64).to(device) (6 shapes)" in text
+    at = f"In [{cell.execution_count}]"
+    assert f"{at}, line 10: torch_xla.sync() (6 graphs); {at}, line 5: x = torch.randn(8 + step % 6, 64).to(device) (6 shapes)" in text
 
 
 STEP_LOOP = """%%tpu_train
@@ -119,6 +121,11 @@ def step_loop(rows: str, steps: int) -> str:
     return STEP_LOOP.replace("ROWS", rows).replace("STEPS", str(steps))
 
 
+def where(cell: nbformat.NotebookNode) -> str:
+    """How the doctor names a cell: by its number in this kernel's history."""
+    return f"In [{cell.execution_count}]"
+
+
 def health_of(cell: object) -> str:
     return summary_of(cell)["text/plain"]  # type: ignore[arg-type]
 
@@ -126,39 +133,41 @@ def health_of(cell: object) -> str:
 def test_compile_health_is_judged_step_by_step_and_a_stack_names_the_cell_functions_it_is_in(kernel: Kernel) -> None:
     """Loops of 3 to 40 steps whose sizes change in each way the doctor tells apart, a clean one, and a stuck function."""
     kernel.run("%load_ext tpu_nb\nimport time, torch, torch_xla", allow_errors=False)
-    growing = kernel.run(step_loop("4 + step", 14), timeout=300)  # In [2]
+    growing = kernel.run(step_loop("4 + step", 14), timeout=300)
     assert not errors_of(growing), text_of(growing)
     text = health_of(growing)
     assert "compiled again at 9 of 9 steps after warm-up (step 5), first at step 6 (rank 0)" in text, text
-    assert "a tensor made on the device at a size that changes between steps at In [2], line 5: x = torch.randn(4 + step, 8" in text
+    assert (
+        f"a tensor made on the device at a size that changes between steps at {where(growing)}, line 5: x = torch.randn(4 + step, 8" in text
+    )
     live = "\n".join(state["value"] for state in kernel.client.widget_state.values() if state.get("_model_name") == "HTMLModel")
     assert "tpu-nb-xla-warning" in live and "recompiling: " in live
 
-    cycling = kernel.run(step_loop("4 + step % 6", 40), timeout=300)  # In [3]: six sizes, the sixth at step 6
+    cycling = kernel.run(step_loop("4 + step % 6", 40), timeout=300)  # six sizes, the sixth at step 6
     text = health_of(cycling)
     assert "compiled again at 1 of 35 steps after warm-up (step 5), first at step 6 (rank 0)" in text, text
-    assert "In [3], line 5: x = torch.randn(4 + step % 6, 8, device=device)" in text
+    assert f"{where(cycling)}, line 5: x = torch.randn(4 + step % 6, 8, device=device)" in text
 
-    nonzero = kernel.run(NONZERO, timeout=300)  # In [4]
+    nonzero = kernel.run(NONZERO, timeout=300)
     text = health_of(nonzero)
     assert "compiled again at " in text and "a data-dependent op (.nonzero())" in text, text
-    assert "In [4], line 6: keep = (x[:, 0] > 0).nonzero().squeeze(1)" in text
+    assert f"{where(nonzero)}, line 6: keep = (x[:, 0] > 0).nonzero().squeeze(1)" in text
 
-    padded = kernel.run(PADDED_TO_THE_LONGEST, timeout=300)  # In [5]
+    padded = kernel.run(PADDED_TO_THE_LONGEST, timeout=300)
     text = health_of(padded)
     assert "compiled again at " in text and "Why: input shape changed (length " in text, text
-    assert "at In [5], line 10: ids = ids.to(device). Fix: pad every batch to one length" in text
+    assert f"at {where(padded)}, line 10: ids = ids.to(device). Fix: pad every batch to one length" in text
 
     clean = kernel.run(step_loop("16", 20), timeout=300)
     assert "stable after warm-up: none of the 15 steps after it compiled" in health_of(clean), health_of(clean)
     short = kernel.run(step_loop("16", 3), timeout=300)
     assert "3 steps: too short to judge" in health_of(short) and "stable" not in health_of(short), health_of(short)
 
-    kernel.run(SLEEPING_IN_A_FUNCTION, allow_errors=False)  # In [8]
+    sleeping = kernel.run(SLEEPING_IN_A_FUNCTION, allow_errors=False)
     answer = kernel.run(
         "while not run.metrics and run.status == 'running': time.sleep(0.2)\ntime.sleep(0.5)\nprint(run.stacks().ranks[0].where)",
         allow_errors=False,
         timeout=120,
     )
-    assert "In [8], line 5: sleeping(); line 3, in sleeping: time.sleep(3600)" in text_of(answer), text_of(answer)
+    assert f"{where(sleeping)}, line 5: sleeping(); line 3, in sleeping: time.sleep(3600)" in text_of(answer), text_of(answer)
     kernel.run("run.kill()", timeout=60)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 from support.kernel import Kernel, errors_of, text_of
 
 THREADS = """
@@ -55,6 +56,7 @@ def test_tpu_nb_forks_a_kernel_full_of_threads_without_a_warning_while_a_users_f
     assert f"user's fork warned: {sys.version_info >= (3, 12)}" in own, own
 
 
+@pytest.mark.fresh_kernel
 def test_tpu_nb_asks_for_fork_under_the_forkserver_default_of_python_3_14(kernel: Kernel) -> None:
     kernel.run("%load_ext tpu_nb", allow_errors=False)
     kernel.run("import multiprocessing\nmultiprocessing.set_start_method('forkserver', force=True)", allow_errors=False)

@@ -6,6 +6,7 @@ import os
 import signal
 import time
 
+import pytest
 from support.kernel import Kernel, errors_of, text_of
 from support.processes import descendants, wait_until
 from test_dashboard_kernel import TRAINER_SETUP, widgets
@@ -153,6 +154,7 @@ def test_background_stop_and_the_stop_button_each_stop_gracefully(kernel: Kernel
         assert not descendants(kernel.pid)
 
 
+@pytest.mark.fresh_kernel
 def test_kernel_shutdown_ends_a_background_run(kernel: Kernel) -> None:
     kernel.run("%load_ext tpu_nb", allow_errors=False)
     kernel.run(LOOP_SETUP + "\nSTEPS = 100000", allow_errors=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from support.kernel import Kernel, errors_of, plain, shown, text_of
 from support.processes import descendants
 from support.tracebacks import arrow_line, cell_frame_header
@@ -61,6 +62,7 @@ def test_a_failing_worker_fails_the_cell_with_its_traceback(kernel: Kernel) -> N
     assert "42" in text_of(again)
 
 
+@pytest.mark.fresh_kernel
 def test_python_3_12s_fork_warning_is_not_shown(kernel: Kernel) -> None:
     # Every kernel is multi-threaded: on Python 3.12+ each fork warns. Simulated
     # here (Python 3.11), for a user who turned every warning on.

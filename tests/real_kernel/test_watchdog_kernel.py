@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import nbformat
+import pytest
 from support.kernel import Kernel, summary_of, text_of
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -28,6 +30,7 @@ def assert_said_in_time(report: str) -> None:
     assert seconds is not None and THRESHOLD <= int(seconds[1]) <= 2 * THRESHOLD, report
 
 
+@pytest.mark.fresh_kernel  # process_world.install() makes every later run a process per device
 def test_a_rank_asleep_at_step_8_leaves_the_others_in_a_collective_and_the_verdict_names_both(kernel: Kernel) -> None:
     kernel.run(f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom support.process_world import install\ninstall()", allow_errors=False)
     kernel.run("%load_ext tpu_nb\nimport time, torch", allow_errors=False)
@@ -48,8 +51,10 @@ for step in range(1, 1000):
     )
     report = stall_of(cell)
     # Line 1 is the %%tpu_train line, as in tracebacks; rank 1 last reported step 7.
-    assert report.startswith("Ranks 0, 2, 3 wait in a collective at In [3], line 7: xm.optimizer_step(optimizer) at step 8"), report
-    assert "rank 1 is at step 7, sleeping at In [3], line 10: time.sleep(600)" in report, report
+    assert report.startswith(
+        f"Ranks 0, 2, 3 wait in a collective at In [{cell.execution_count}], line 7: xm.optimizer_step(optimizer) at step 8"
+    ), report
+    assert f"rank 1 is at step 7, sleeping at In [{cell.execution_count}], line 10: time.sleep(600)" in report, report
     assert_said_in_time(report)
     assert "Where are they?" in summary_of(cell)["text/html"]
 
@@ -67,28 +72,33 @@ for step in range(1, 41):
 """
 
 
-def run_loop(kernel: Kernel, silence: str, timeout: int = 11) -> object:
+def run_loop(kernel: Kernel, silence: str, timeout: int = 11) -> nbformat.NotebookNode:
     return kernel.run(LOOP.format(threshold=THRESHOLD, timeout=timeout).replace("SILENCE", silence), timeout=180)
+
+
+def stall_and_place(cell: nbformat.NotebookNode) -> tuple[str, str]:
+    """The run's stall report and the cell's name in this kernel's history (In [n])."""
+    return stall_of(cell), f"In [{cell.execution_count}]"
 
 
 def test_a_queue_a_host_read_and_a_slow_compilation_each_get_their_verdict_and_a_healthy_run_none(kernel: Kernel) -> None:
     kernel.run("%load_ext tpu_nb\nimport time, torch, torch_xla", allow_errors=False)
-    blocked = stall_of(run_loop(kernel, "queue.Queue().get()"))
-    assert blocked.startswith("Rank 0 (step 3) waits on a queue, event or lock at In [2], line 8: queue.Queue().get() (threading.py"), (
+    blocked, at = stall_and_place(run_loop(kernel, "queue.Queue().get()"))
+    assert blocked.startswith(f"Rank 0 (step 3) waits on a queue, event or lock at {at}, line 8: queue.Queue().get() (threading.py"), (
         blocked
     )
     assert_said_in_time(blocked)
 
-    reading = stall_of(run_loop(kernel, "total = sum(x.sum().item() for _ in range(10**9))"))
-    assert reading.startswith("Rank 0 (step 3) is reading a value from the device at In [3], line 8"), reading
+    reading, at = stall_and_place(run_loop(kernel, "total = sum(x.sum().item() for _ in range(10**9))"))
+    assert reading.startswith(f"Rank 0 (step 3) is reading a value from the device at {at}, line 8"), reading
     assert_said_in_time(reading)
 
     # A graph of thousands of operations: XLA takes seconds to compile it.
-    compiling = stall_of(
+    compiling, at = stall_and_place(
         run_loop(kernel, "y = x\n        for i in range(6000): y = torch.sin(y) * 1.0001 + i\n        torch_xla.sync()", 25)
     )
     assert compiling.startswith("Compiling: an XLA compilation has been running for"), compiling
-    assert "on rank 0 at In [4], line 10: torch_xla.sync()" in compiling, compiling
+    assert f"on rank 0 at {at}, line 10: torch_xla.sync()" in compiling, compiling
     assert_said_in_time(compiling)
 
     healthy = run_loop(kernel, "pass", timeout=120)
@@ -113,9 +123,10 @@ for step in range(1, 100000):
         allow_errors=False,
         timeout=120,
     )
-    assert "In [2], line 5: time.sleep(0.1)" in text_of(answer) or "In [2], line 6: report(step=step, loss=1.0 / step)" in text_of(
-        answer
-    ), text_of(answer)
+    at = f"In [{started.execution_count}]"
+    assert f"{at}, line 5: time.sleep(0.1)" in text_of(answer) or f"{at}, line 6: report(step=step, loss=1.0 / step)" in text_of(answer), (
+        text_of(answer)
+    )
     killed = kernel.run("run.kill()\nprint(run.status)", timeout=60)
     assert "interrupted" in text_of(killed), text_of(killed)
     summary = summary_of(started)["text/plain"]  # the dashboard's place, in the cell that started the run
