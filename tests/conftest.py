@@ -30,18 +30,43 @@ for compiler_module in ("torch._dynamo", "torch._inductor.lowering", "torch._ind
 collect_ignore = [] if os.environ.get("TPU_NB_TORCH_TPU_ENV") == "1" else ["torch_tpu_env"]
 
 
-# What takes longest, first (measured: the README's "Supported versions and the images tested"): the tutorials (40-200 s each), the real kernels (10-100 s)
-# and JupyterLab start kernels and train; pytest-xdist's work stealing (Makefile) splits this order between the
-# workers and moves queued tests to whichever runs out, so the short ones come last and fill the gaps instead of
-# one long test running alone after the rest.
-LONGEST_FIRST = ("/tests/notebooks/", "/tests/browser/", "/tests/real_kernel/", "/tests/kernel/pod/test_pod_run.py")
+# What takes longest (measured: the README's "Supported versions and the images tested"): the tutorials (40-200 s
+# each), the real kernels (10-100 s), JupyterLab and the pod runs start kernels or processes and train.
+LONGEST = ("/tests/notebooks/", "/tests/browser/", "/tests/real_kernel/", "/tests/kernel/pod/test_pod_run.py")
+SHARED_KERNEL = "/tests/real_kernel/"
+"""Its modules' tests share one kernel (tests/real_kernel/conftest.py), so each module stays on one worker, in order."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        return next((index for index, part in enumerate(LONGEST_FIRST) if part in item.path.as_posix()), len(LONGEST_FIRST))
+    """Each xdist worker's share starts with its part of the longest tests.
 
-    items.sort(key=rank)  # stable: the same order in every xdist worker, which xdist requires
+    pytest-xdist's work stealing (Makefile) hands the collection out in as many
+    contiguous parts as there are workers, and a worker that runs out takes half
+    of what is left at the end of another's. So the long tests are dealt to the
+    parts first, in turn (a module of tests/real_kernel as one), and the short
+    ones fill the parts up to the same length: they
+    end each part, where stealing takes them to fill the gaps. Every worker
+    computes the same order from the same collection, as xdist requires.
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    units: list[list[pytest.Item]] = []
+    for rank, place in enumerate(LONGEST):
+        for item in items:
+            path = item.path.as_posix()
+            if place not in path or any(earlier in path for earlier in LONGEST[:rank]):
+                continue
+            if place == SHARED_KERNEL and units and units[-1][0].path == item.path:
+                units[-1].append(item)
+            else:
+                units.append([item])
+    taken = {id(item) for unit in units for item in unit}
+    short = [item for item in items if id(item) not in taken]
+    parts: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    for index, unit in enumerate(units):
+        parts[index % workers].extend(unit)
+    for item in short:
+        min(parts, key=len).append(item)
+    items[:] = [item for part in parts for item in part]
 
 
 @pytest.fixture(scope="session", autouse=True)
