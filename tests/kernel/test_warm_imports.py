@@ -13,6 +13,7 @@ from tpu_nb.wire.results import save_imported_modules
 
 
 def test_only_modules_the_kernel_lacks_are_imported_and_never_torch_xlas_or_tpu_nbs(tmp_path: Path) -> None:
+    sys.modules.pop("wave", None)  # imported by another test of this process
     names = ["wave", "os", "torch_xla", "torch_xla.core.xla_model", "_XLAC", "tpu_nb.workers.host", "__mp_main__", "no_such_module_here"]
     save_imported_modules(names, tmp_path)
     assert warm_imports.modules_to_import(tmp_path) == sorted(name for name in names if name in ("wave", "no_such_module_here"))
