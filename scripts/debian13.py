@@ -7,8 +7,8 @@ This machine's Python is 3.11 and Debian's registry has no 3.12, but it has
 Debian 13, whose python3.13 installs into a directory tree with debootstrap
 and nothing else. `run` enters it through chroot in a private mount
 namespace (`unshare -m`): /proc, /sys, /dev (with /dev/shm), /tmp and the
-directory above this checkout (the checkout itself, and ../shared) are
-bind-mounted at their own paths, so every path means the same inside and
+directory above this checkout (the checkout itself, and ../shared) and uv's
+cache are bind-mounted at their own paths, so every path means the same inside and
 out, and the mounts vanish with the command. A venv made inside
 (`.venv-colab`, by `compat_env.py`) is this checkout's like any other.
 """
@@ -27,7 +27,9 @@ TREE = REPO / ".debian13"
 SUITE = "trixie"
 PACKAGES = ("python3.13", "python3.13-venv", "libpython3.13", "ca-certificates", "util-linux", "mount", "procps")
 """libpython3.13: torch_xla's extension links against Python's shared library."""
-SHARED = ("/proc", "/sys", "/dev", "/tmp", str(REPO.parent))
+UV_CACHE = Path(os.environ.get("UV_CACHE_DIR", Path.home() / ".cache" / "uv"))
+"""uv's package cache, shared with the tree: compat_env.py's installs there reuse what it holds."""
+SHARED = ("/proc", "/sys", "/dev", "/tmp", str(REPO.parent), str(UV_CACHE))
 _READY = TREE / ".tpu_nb-tree-ready"
 
 
@@ -74,6 +76,7 @@ def run_inside(argv: list[str]) -> int:
     if not _READY.exists():
         sys.exit("debian13.py run: no tree yet; build it with: python scripts/debian13.py tree")
     tree = shlex.quote(str(TREE))
+    UV_CACHE.mkdir(parents=True, exist_ok=True)
     mounts = [f"mount --bind {tree} {tree}"]  # its root a mount point: `unshare -m` inside can then make it private
     for path in SHARED:
         inside = shlex.quote(str(TREE) + path)
