@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from tpu_nb.wire.stacks import stack_dump_path
-from tpu_nb.workers.stack_dumps import ANSWER_SECONDS, armed_processes, parse_dump, request_stacks
+from tpu_nb.workers.stack_dumps import ANSWER_SECONDS, armed_processes, armed_target, parse_dump, request_dumps, request_stacks
 
 DUMP = """Thread 0x00007faac916f6c0 (most recent call first):
   File "/tmp/fh.py", line 4 in inner
@@ -54,12 +54,13 @@ def start_armed(run_dir: Path) -> subprocess.Popen[str]:
 
 
 def test_processes_answer_each_request_afresh_and_a_gone_or_frozen_one_is_said(tmp_path: Path) -> None:
-    answering, frozen = start_armed(tmp_path), start_armed(tmp_path)
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    answering, frozen, gone = start_armed(tmp_path), start_armed(tmp_path), start_armed(tmp_path)
+    gone.kill()
     gone.wait()
     os.kill(frozen.pid, signal.SIGSTOP)  # a stopped process cannot run its signal handler: as if stuck in the OS
     try:
-        assert armed_processes(tmp_path) == sorted([answering.pid, frozen.pid])  # found by their dump files (a pod host's way)
+        # Found by their dump files (a pod host's way), the exited one too.
+        assert armed_processes(tmp_path) == sorted([answering.pid, frozen.pid, gone.pid])
         for _ in range(2):  # the second answer replaces the first: one thread list, not two
             started = time.monotonic()
             answered, not_frozen, not_there = request_stacks(tmp_path, [answering.pid, frozen.pid, gone.pid])
@@ -72,6 +73,29 @@ def test_processes_answer_each_request_afresh_and_a_gone_or_frozen_one_is_said(t
         for process in (answering, frozen):
             process.kill()
             process.wait()
+
+
+def test_a_pid_that_names_another_process_since_its_worker_exited_gets_no_signal(tmp_path: Path) -> None:
+    worker = start_armed(tmp_path)
+    armed_then = armed_target(tmp_path, worker.pid)
+    worker.kill()
+    worker.wait()
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # SIGUSR2 would end it
+    try:
+        assert armed_then is not None and armed_then.started_at is not None
+        # The exited worker's files, as if its pid had gone to the bystander (which started later).
+        stack_dump_path(tmp_path, bystander.pid).write_text("")
+        stack_dump_path(tmp_path, bystander.pid).with_suffix(".started").write_text(repr(armed_then.started_at - 1))
+
+        assert bystander.pid in armed_processes(tmp_path)
+        [dump] = request_dumps(tmp_path, [bystander.pid])
+
+        assert dump.pid == bystander.pid and dump.problem == "the process has exited"
+        time.sleep(0.2)
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
 
 
 DUMPING = """

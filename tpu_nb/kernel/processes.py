@@ -13,6 +13,7 @@ import time
 from collections.abc import Collection
 from pathlib import Path
 
+from tpu_nb.runtime.signals import Target, live_group_members, send_group_signal, send_signal
 from tpu_nb.wire.channel import EventReader, open_channel
 from tpu_nb.wire.checkpoints import CheckpointPlan
 from tpu_nb.wire.environment import WorkerEnvironment
@@ -124,14 +125,14 @@ class WorkerProcesses:
         """
         killed = []
         if workers:
-            _signal_each(workers, signal.SIGTERM)
+            _signal_each(workers, signal.SIGTERM, self.pid)
             deadline = time.monotonic() + TERMINATE_GRACE
             while (alive := set(workers) & set(live_group_members(self.pid))) and time.monotonic() < deadline:
                 time.sleep(0.02)
             killed = sorted(alive)
-            _signal_each(killed, signal.SIGKILL)
+            _signal_each(killed, signal.SIGKILL, self.pid)
         for signum, wait in ((signal.SIGTERM, TERMINATE_GRACE), (signal.SIGKILL, KILL_WAIT)):
-            _signal_group(self.pid, signum)
+            send_group_signal(self.pid, signum)
             deadline = time.monotonic() + wait
             while not self._gone() and time.monotonic() < deadline:
                 time.sleep(0.02)
@@ -151,38 +152,10 @@ class WorkerProcesses:
         return self.exit_status is not None and not self.group_alive
 
 
-def live_group_members(pgid: int) -> list[int]:
-    """Pids in process group `pgid` that have not exited.
-
-    Not `killpg(pgid, 0)`: that also finds exited workers that an init
-    process which does not reap (common in containers) leaves as zombies.
-    """
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue  # exited meanwhile
-        # Fields after the command name, which is in parentheses and may hold spaces.
-        state, _ppid, pgrp = text[text.rindex(")") + 2 :].split(" ", 3)[:3]
-        if int(pgrp) == pgid and state not in ("Z", "X"):
-            members.append(int(stat.parent.name))
-    return members
-
-
-def _signal_each(pids: Collection[int], signum: int) -> None:
+def _signal_each(pids: Collection[int], signum: int, group: int) -> None:
+    """Signal each of `pids` that is still a member of the run's process group (never a process that took an exited one's pid)."""
     for pid in pids:
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    try:
-        os.killpg(pgid, signum)
-    except ProcessLookupError:
-        pass
+        send_signal(Target.seen(pid), signum, still_target=lambda pid=pid: pid in live_group_members(group))  # type: ignore[misc]
 
 
 def make_places() -> ResultPlaces:

@@ -11,7 +11,7 @@ import importlib.metadata
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
@@ -143,12 +143,25 @@ class SystemView:
         boot = next(
             (line.split()[1] for line in (self.read_text(self.proc_root / "stat") or "").splitlines() if line.startswith("btime ")), None
         )
-        stat = self.read_text(self.proc_root / str(pid) / "stat")
-        if boot is None or stat is None or not boot.isdigit():
+        fields = self._stat_fields(pid)
+        if boot is None or fields is None or not boot.isdigit():
             return None
-        # The fields after the command name, which is in parentheses and may hold spaces and ")".
-        fields = stat[stat.rindex(")") + 2 :].split()
         return int(boot) + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: start time, in ticks since boot
+
+    def process_session(self, pid: int) -> int | None:
+        """The session process `pid` belongs to (the pid of the session's leader: a kernel, a shell), or None if it exited."""
+        fields = self._stat_fields(pid)
+        return None if fields is None else int(fields[3])  # field 6: session
+
+    def process_cpu_seconds(self, pid: int) -> float | None:
+        """CPU time process `pid` has used (user and system), or None if it exited."""
+        fields = self._stat_fields(pid)
+        return None if fields is None else (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14, 15
+
+    def _stat_fields(self, pid: int) -> list[str] | None:
+        """/proc/<pid>/stat from its third field on (the state), or None; the command name before it, in parentheses, may hold spaces and ")"."""
+        stat = self.read_text(self.proc_root / str(pid) / "stat")
+        return None if stat is None else stat[stat.rindex(")") + 2 :].split()
 
     def process_status(self, pid: int) -> ProcessStatus | None:
         """State, parent and owner of process `pid`, or None when it exited (or /proc does not say)."""
@@ -177,14 +190,15 @@ class SystemView:
         except ValueError:
             return path
 
-    def opened_by_other_processes(self, wanted: Callable[[str], bool]) -> tuple[OpenedBy, ...]:
-        """Processes other than ours holding open a path for which `wanted` is true.
+    def opened_by_other_processes(self, wanted: Callable[[str], bool], pids: Collection[int] | None = None) -> tuple[OpenedBy, ...]:
+        """Processes other than ours (of `pids`, if given) holding open a path for which `wanted` is true.
 
         Reads the /proc/<pid>/fd symlinks; other users' processes are simply
         invisible without privileges, which is the best a notebook can do.
         """
         holders = []
-        for process in _sorted_entries(self.proc_root):
+        processes = _sorted_entries(self.proc_root) if pids is None else [self.proc_root / str(pid) for pid in sorted(pids)]
+        for process in processes:
             if not process.name.isdigit() or int(process.name) == self.own_pid:
                 continue
             paths = sorted({path for path in map(self.named_as_viewed, _fd_targets(process / "fd")) if wanted(path)})

@@ -1,8 +1,11 @@
 """Worker processes' stack dumps: armed in each worker, asked for and read by the kernel (or a pod host's `train.py`).
 
 Each worker arms `faulthandler` on `STACKS_SIGNAL` with its dump file in
-the run directory. Whoever asks empties the process's dump file, signals
-it and reads the file once it stops growing. The format is faulthandler's
+the run directory, and records beside it when it started. Whoever asks
+empties the process's dump file, signals it (through
+`tpu_nb.runtime.signals`: only the process that armed, never a newer one
+that got its pid after it exited: SIGUSR2 would end that one) and reads the
+file once it stops growing. The format is faulthandler's
 (CPython 3.10-3.14):
 
     Thread 0x00007faac916f6c0 (most recent call first):
@@ -16,7 +19,6 @@ it and reads the file once it stops growing. The format is faulthandler's
 from __future__ import annotations
 
 import faulthandler
-import os
 import re
 import time
 from collections.abc import Iterable
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from tpu_nb.runtime.signals import Delivery, Target, send_signal
 from tpu_nb.wire.stacks import STACKS_SIGNAL, stack_dump_path
 
 from .doctor.analysis_log import Frame
@@ -52,6 +55,20 @@ def arm_stack_dumps(run_dir: Path, pid: int) -> None:
         return
     _dump_file = open(stack_dump_path(run_dir, pid), "a", encoding="utf-8")
     faulthandler.register(STACKS_SIGNAL, file=_dump_file, all_threads=True)
+    _start_path(run_dir, pid).write_text(repr(Target.seen(pid).started_at))
+
+
+def armed_target(run_dir: Path, pid: int) -> Target | None:
+    """Process `pid` as it was when it armed its dumps in `run_dir` (its start time), or None if it never did."""
+    try:
+        recorded = _start_path(run_dir, pid).read_text()
+    except OSError:
+        return None
+    return Target(pid, None if recorded == "None" else float(recorded))
+
+
+def _start_path(run_dir: Path, pid: int) -> Path:
+    return stack_dump_path(run_dir, pid).with_suffix(".started")
 
 
 def armed_processes(run_dir: Path) -> list[int]:
@@ -96,20 +113,25 @@ def stacks_of(dump: Dump) -> ProcessStacks:
 
 
 def request_dumps(run_dir: Path, pids: Iterable[int]) -> list[Dump]:
-    """Signal every process at once, then read each one's dump (at most `ANSWER_SECONDS` in all)."""
+    """Signal every process at once, then read each one's dump (at most `ANSWER_SECONDS` in all).
+
+    Only the processes that armed their dumps, as they were then: a pid that
+    now names another process (the worker exited) is not signalled.
+    """
     asked = []
     for pid in pids:
-        path = stack_dump_path(run_dir, pid)
-        try:
-            path.write_bytes(b"")
-            os.kill(pid, STACKS_SIGNAL)
-        except ProcessLookupError:
+        target = armed_target(run_dir, pid)
+        if target is None:
+            asked.append(Dump(pid, "", "it has not armed its stack dumps (it has not started, or it is not a worker)"))
+            continue
+        stack_dump_path(run_dir, pid).write_bytes(b"")
+        delivery = send_signal(target, STACKS_SIGNAL)
+        if delivery is Delivery.GONE:
             asked.append(Dump(pid, "", "the process has exited"))
-            continue
-        except OSError as error:
-            asked.append(Dump(pid, "", f"it could not be asked ({error.strerror or error})"))
-            continue
-        asked.append(Dump(pid, ""))
+        elif delivery is not Delivery.SENT:
+            asked.append(Dump(pid, "", f"it could not be asked ({delivery.value})"))
+        else:
+            asked.append(Dump(pid, ""))
     deadline = time.monotonic() + ANSWER_SECONDS
     return [_read_answer(dump.pid, run_dir, deadline) if dump.problem is None else dump for dump in asked]
 
