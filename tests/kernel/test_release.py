@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from support.processes import wait_until
 from tpu_nb.kernel.release import Ended, Left, Release, describe_release, release_tpu
 from tpu_nb.runtime import SystemView
 from tpu_nb.runtime.device_holders import tpu_device_holders
+from tpu_nb.runtime.signals import Delivery, Target
 
 BACKGROUND_RUN = "%%tpu_train --background (job)"
 
@@ -28,7 +29,7 @@ def fake_tpu(tmp_path: Path) -> Iterator[FakeTpu]:
 
 
 def ours(release: Release, tpu: FakeTpu) -> tuple[dict[int, Ended], dict[int, Left]]:
-    """What happened to the test's processes (a machine with a real TPU may show others, which `tpu.send` refuses)."""
+    """What happened to the test's processes (a machine with a real TPU may show others, which `tpu.signal_with` refuses)."""
     ended = {item.holder.pid: item for item in release.ended if item.holder.pid in tpu.pids}
     left = {item.holder.pid: item for item in release.left if item.holder.pid in tpu.pids}
     return ended, left
@@ -38,14 +39,14 @@ def test_ends_the_stale_holder_and_leaves_what_this_kernel_started(fake_tpu: Fak
     child = fake_tpu.hold_as_child("accel0")
     orphan = fake_tpu.hold_as_orphan("accel1")
 
-    release = release_tpu(fake_tpu.view(), None, grace=5, send=fake_tpu.send)
+    release = release_tpu(fake_tpu.view(), None, grace=5, signal_with=fake_tpu.signal_with)
 
     ended, left = ours(release, fake_tpu)
     assert list(ended) == [orphan] and ended[orphan].by == "SIGTERM"
     assert not fake_tpu.alive(orphan)
     assert list(left) == [child] and fake_tpu.alive(child)
     assert left[child].reason == "started by this kernel (child of the kernel), not as a tpu_nb run"
-    assert left[child].fix == f"end it where you started it, or kill {child}"
+    assert left[child].fix == f"end it where you started it, or %tpu_release {child}"
     # Only the stale one was signalled: never this process, never its child.
     assert [(pid, signum) for pid, signum in fake_tpu.sent if pid in (orphan, child, os.getpid())] == [(orphan, signal.SIGTERM)]
     text, _ = describe_release(release)
@@ -55,7 +56,7 @@ def test_ends_the_stale_holder_and_leaves_what_this_kernel_started(fake_tpu: Fak
 def test_one_that_ignores_sigterm_needs_sigkill(fake_tpu: FakeTpu) -> None:
     stuck = fake_tpu.hold_as_orphan("vfio/0", ignore_term=True)
 
-    release = release_tpu(fake_tpu.view(), None, grace=0.5, send=fake_tpu.send)
+    release = release_tpu(fake_tpu.view(), None, grace=0.5, signal_with=fake_tpu.signal_with)
 
     ended, _ = ours(release, fake_tpu)
     assert ended[stuck].by == "SIGKILL"
@@ -68,7 +69,7 @@ def test_one_that_ignores_sigterm_needs_sigkill(fake_tpu: FakeTpu) -> None:
 def test_a_holder_from_this_kernels_running_run_is_left_to_its_handle(fake_tpu: FakeTpu) -> None:
     worker = fake_tpu.hold_as_child("accel0")
 
-    release = release_tpu(fake_tpu.view(), BACKGROUND_RUN, grace=5, send=fake_tpu.send)
+    release = release_tpu(fake_tpu.view(), BACKGROUND_RUN, grace=5, signal_with=fake_tpu.signal_with)
 
     _, left = ours(release, fake_tpu)
     assert left[worker].reason == f"started by this kernel (child of the kernel), where {BACKGROUND_RUN} is still running"
@@ -79,13 +80,13 @@ def test_a_holder_from_this_kernels_running_run_is_left_to_its_handle(fake_tpu: 
 def test_a_dry_run_lists_and_signals_nothing(fake_tpu: FakeTpu) -> None:
     orphan = fake_tpu.hold_as_orphan("accel0")
 
-    release = release_tpu(fake_tpu.view(), None, dry_run=True, send=fake_tpu.send)
+    release = release_tpu(fake_tpu.view(), None, dry_run=True, signal_with=fake_tpu.signal_with)
 
     assert orphan in [holder.pid for holder in release.would_end]
     assert release.ended == () and not fake_tpu.sent and fake_tpu.alive(orphan)
     text, markup = describe_release(release)
     assert text.startswith("Would end ") and "(dry run: nothing was signalled):" in text
-    assert "not from this kernel (stale?)" in text and "<li>pid " in markup
+    assert "stale: the kernel or shell it was started from (session " in text and "<li>pid " in markup
 
 
 def write(root: Path, relative: str, text: str) -> None:
@@ -94,8 +95,11 @@ def write(root: Path, relative: str, text: str) -> None:
     path.write_text(text)
 
 
-def fake_process(root: Path, pid: int, parent: int, uid: int, holds: str | None = "/dev/accel0") -> None:
+def fake_process(root: Path, pid: int, parent: int, uid: int, holds: str | None = "/dev/accel0", session: int = 50) -> None:
+    """A process in a fake /proc (in session 50, the kernel's server's, unless told), started 60 s after boot."""
     write(root, f"proc/{pid}/status", f"State:\tS (sleeping)\nPPid:\t{parent}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
+    ticks = os.sysconf("SC_CLK_TCK")
+    write(root, f"proc/{pid}/stat", f"{pid} (python3) S {parent} {pid} {session} " + "0 " * 15 + f"{60 * ticks} 0 0\n")
     write(root, f"proc/{pid}/cmdline", f"python3\0proc{pid}.py\0")
     if holds is not None:
         (root / f"proc/{pid}/fd").mkdir(parents=True)
@@ -103,28 +107,49 @@ def fake_process(root: Path, pid: int, parent: int, uid: int, holds: str | None 
 
 
 class FakeSignals:
-    """Signals to fake processes: recorded, and a SIGTERM "ends" the process by removing its /proc status."""
+    """Signals to fake processes, through send_signal's checks: recorded, and a SIGTERM "ends" the process by removing its /proc status."""
 
-    def __init__(self, proc: Path) -> None:
+    def __init__(self, proc: Path, reused: Collection[int] = (), exited: Collection[int] = ()) -> None:
         self.proc = proc
+        self.reused = reused
+        """Pids that exit and go to a newer process right before their signal."""
+        self.exited = exited
+        """Pids that exit right before their signal and stay zombies (which hold no files)."""
         self.sent: list[tuple[int, int]] = []
 
-    def __call__(self, pid: int, signum: int) -> None:
-        self.sent.append((pid, signum))
-        if pid == 66:
-            raise PermissionError(1, "Operation not permitted")
-        (self.proc / str(pid) / "status").unlink()
+    def __call__(self, target: Target, signum: int, *, still_target: Callable[[], bool], system: SystemView) -> Delivery:
+        if target.pid in self.reused:
+            ticks = os.sysconf("SC_CLK_TCK")
+            write(
+                self.proc.parent,
+                f"proc/{target.pid}/stat",
+                f"{target.pid} (python3) S 1 {target.pid} 150 " + "0 " * 15 + f"{90 * ticks} 0 0\n",
+            )
+        if target.pid in self.exited and (self.proc / f"{target.pid}/fd/3").is_symlink():
+            write(self.proc.parent, f"proc/{target.pid}/status", "State:\tZ (zombie)\nPPid:\t1\nUid:\t1000\n")
+            (self.proc / f"{target.pid}/fd/3").unlink()
+        if system.process_started_at(target.pid) != target.started_at:
+            return Delivery.GONE
+        if not still_target():
+            return Delivery.NOT_A_TARGET
+        self.sent.append((target.pid, signum))
+        if target.pid == 66:
+            return Delivery.REFUSED
+        (self.proc / str(target.pid) / "status").unlink()
+        (self.proc / str(target.pid) / "stat").unlink()
+        return Delivery.SENT
 
 
 @pytest.fixture
 def machine(tmp_path: Path) -> SystemView:
-    """A fake /proc with the kernel (100, uid 1000) under its server (50); all hold the TPU."""
-    fake_process(tmp_path, 1, 0, 0, holds=None)
+    """A fake /proc with the kernel (100, uid 1000, its own session) under its server (50); all hold the TPU."""
+    write(tmp_path, "proc/stat", "cpu  1 2 3\nbtime 1764600000\n")
+    fake_process(tmp_path, 1, 0, 0, holds=None, session=1)
     fake_process(tmp_path, 50, 1, 1000)  # the kernel's server
-    fake_process(tmp_path, 100, 50, 1000)  # the kernel itself
-    fake_process(tmp_path, 200, 1, 1000)  # stale: a dead kernel's worker
+    fake_process(tmp_path, 100, 50, 1000, session=100)  # the kernel itself
+    fake_process(tmp_path, 200, 1, 1000, session=150)  # stale: a dead kernel's worker (no session 150 any more)
     fake_process(tmp_path, 300, 1, 54321)  # another user's
-    fake_process(tmp_path, 66, 1, 1000)  # ours by uid, but the system refuses (e.g. a setuid program)
+    fake_process(tmp_path, 66, 1, 1000, session=150)  # stale, ours by uid, but the system refuses (e.g. a setuid program)
     (tmp_path / "proc/400/fd").mkdir(parents=True)  # exited while we looked: only its descriptors were read
     os.symlink("/dev/accel0", tmp_path / "proc/400/fd/3")
     return SystemView(environ={}, dev_root=tmp_path / "dev", proc_root=tmp_path / "proc", modules={}, own_pid=100, own_uid=1000)
@@ -133,7 +158,7 @@ def machine(tmp_path: Path) -> SystemView:
 def test_never_the_kernel_what_it_runs_under_or_another_users(machine: SystemView, tmp_path: Path) -> None:
     send = FakeSignals(tmp_path / "proc")
 
-    release = release_tpu(machine, None, grace=1, send=send)
+    release = release_tpu(machine, None, grace=1, cpu_window=0, signal_with=send)
 
     assert send.sent == [(66, signal.SIGTERM), (200, signal.SIGTERM)]
     assert [(ended.holder.pid, ended.by) for ended in release.ended] == [(200, "SIGTERM")]
@@ -149,18 +174,27 @@ def test_never_the_kernel_what_it_runs_under_or_another_users(machine: SystemVie
     text, markup = describe_release(release)
     assert text.splitlines()[:2] == ["Ended 1 process holding the TPU:", "  pid 200 (python3 proc200.py): ended by SIGTERM"]
     assert "Left 4 processes holding the TPU:" in text
-    assert "  pid 300 (python3 proc300.py): it belongs to uid 54321, not to you. Fix: sudo kill 300" in text
+    assert "  pid 300 (python3 proc300.py), parent 1, running " in text  # not stale: its parent, age and CPU use
+    assert ": it belongs to uid 54321, not to you. Fix: sudo kill 300" in text
     assert markup.startswith('<div class="tpu-nb-release">') and "<strong>Ended 1 process holding the TPU:</strong>" in markup
 
 
 def test_a_process_gone_before_its_signal_ended_by_itself(machine: SystemView, tmp_path: Path) -> None:
-    send = FakeSignals(tmp_path / "proc")
-    write(tmp_path, "proc/200/status", "State:\tZ (zombie)\nPPid:\t1\nUid:\t1000\n")  # it exited after being listed
+    send = FakeSignals(tmp_path / "proc", exited={200})
 
-    release = release_tpu(machine, None, send=send)
+    release = release_tpu(machine, None, cpu_window=0, signal_with=send)
 
     assert (200, None) in [(ended.holder.pid, ended.by) for ended in release.ended]
     assert 200 not in [pid for pid, _ in send.sent]
+
+
+def test_a_pid_reused_between_listing_and_signalling_gets_no_signal(machine: SystemView, tmp_path: Path) -> None:
+    send = FakeSignals(tmp_path / "proc", reused={200})
+
+    release = release_tpu(machine, None, grace=1, cpu_window=0, signal_with=send)
+
+    assert 200 not in [pid for pid, _ in send.sent]
+    assert (200, None) in [(ended.holder.pid, ended.by) for ended in release.ended]  # the holder listed is gone
 
 
 def test_nothing_to_release(tmp_path: Path) -> None:
@@ -215,3 +249,33 @@ def test_help_says_what_it_never_ends(ip: InteractiveShell) -> None:
 
     assert "--dry-run" in doc and "--grace SECONDS" in doc
     assert "never another user's" in doc and "SIGTERM, then SIGKILL" in doc
+
+
+def test_a_live_holder_is_listed_with_what_it_is_and_ended_only_when_named(fake_tpu: FakeTpu) -> None:
+    detached = fake_tpu.hold_detached("accel0")  # `!nohup python train.py &` from this notebook: adopted by init, still running
+    leader = fake_tpu.hold_in_own_session("accel1")  # another kernel's, another terminal's
+
+    release = release_tpu(fake_tpu.view(), None, grace=5, cpu_window=0.2, signal_with=fake_tpu.signal_with)
+
+    _, left = ours(release, fake_tpu)
+    assert set(left) == {detached, leader} and fake_tpu.alive(detached) and fake_tpu.alive(leader) and not fake_tpu.sent
+    assert left[detached].reason == "live: started from this notebook"
+    assert left[leader].reason == "live: a process of its own session"
+    assert left[detached].fix == f"%tpu_release {detached} ends it (%tpu_release --all: every live holder)"
+    assert left[detached].cpu_share is not None and 0 <= left[detached].cpu_share < 0.5  # it sleeps
+    text, _ = describe_release(release)
+    assert f"pid {detached} (" in text and ", parent " in text and ", running " in text
+    assert "% of a CPU in the last 1s: live: started from this notebook. Fix: %tpu_release" in text
+
+    release = release_tpu(fake_tpu.view(), None, named=(detached, 999_999_999), grace=5, cpu_window=0, signal_with=fake_tpu.signal_with)
+
+    ended, left = ours(release, fake_tpu)
+    assert list(ended) == [detached] and not fake_tpu.alive(detached)
+    assert list(left) == [leader] and fake_tpu.alive(leader)
+    assert release.not_holding == (999_999_999,)
+    assert "Not holding the TPU (nothing to end): pid 999999999" in describe_release(release)[0]
+
+    release = release_tpu(fake_tpu.view(), None, everything=True, grace=5, cpu_window=0, signal_with=fake_tpu.signal_with)
+
+    ended, _ = ours(release, fake_tpu)
+    assert list(ended) == [leader] and not fake_tpu.alive(leader)

@@ -15,14 +15,11 @@ checks a new kernel's state, or changes what every later run would see
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
 from nbclient.util import run_sync
-from support.kernel import Kernel
+from support.kernel import Kernel, started_kernel
 from support.processes import descendants
 
 
@@ -30,22 +27,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "fresh_kernel: the test gets a kernel of its own, not its module's")
 
 
-def _started_kernel() -> Iterator[Kernel]:
-    notebook = nbformat.v4.new_notebook()
-    client = NotebookClient(notebook, kernel_name="python3", timeout=120, allow_errors=True, store_widget_state=True)
-    with client.setup_kernel(env=dict(os.environ, PJRT_DEVICE="CPU")):
-        yield Kernel(client, notebook)
-
-
 @pytest.fixture(scope="module")
 def module_kernel() -> Iterator[Kernel]:
-    yield from _started_kernel()
+    with started_kernel() as kernel:
+        yield kernel
 
 
 @pytest.fixture
 def kernel(request: pytest.FixtureRequest) -> Iterator[Kernel]:
     if request.node.get_closest_marker("fresh_kernel"):
-        yield from _started_kernel()
+        with started_kernel() as fresh:
+            yield fresh
         return
     shared: Kernel = request.getfixturevalue("module_kernel")
     if not run_sync(shared.client.km.is_alive)() or descendants(shared.pid):  # what an earlier test left

@@ -41,10 +41,10 @@ def test_a_child_of_the_kernel_and_an_orphan_are_told_apart(fake_tpu: FakeTpu) -
     assert (mine.origin, mine.child_of_kernel, mine.parent) == (Origin.THIS_KERNEL, True, os.getpid())
     assert mine.origin_text == "started by this kernel (child of the kernel)"
     assert left.origin is Origin.ELSEWHERE and not left.child_of_kernel
-    assert left.origin_text == "not from this kernel (stale?)"
+    assert left.stale and left.origin_text.startswith("stale: the kernel or shell it was started from (session ")
     assert left.summary.startswith(f"pid {orphan} ({Path(sys.executable).name} -c ")
     assert " has /dev/vfio/0 open, running " in left.summary
-    assert left.summary.endswith(f", user {left.owner}, not from this kernel (stale?)")
+    assert left.summary.endswith(f", user {left.owner}, {left.origin_text}")
 
 
 def test_the_shared_vfio_container_and_other_files_do_not_count(fake_tpu: FakeTpu) -> None:
@@ -59,11 +59,21 @@ def write(root: Path, relative: str, text: str) -> None:
     path.write_text(text)
 
 
-def fake_process(root: Path, pid: int, parent: int, uid: int, cmdline: str = "", comm: str = "python3", holds: str = "") -> None:
-    """A process in a fake /proc: status, stat (started 60s after boot), cmdline, comm and, if it holds one, a device file."""
+def fake_process(
+    root: Path,
+    pid: int,
+    parent: int,
+    uid: int,
+    cmdline: str = "",
+    comm: str = "python3",
+    holds: str = "",
+    session: int = 1,
+    started: int = 60,
+) -> None:
+    """A process in a fake /proc: status, stat (in `session`, started `started` seconds after boot), cmdline, comm and a device file it holds."""
     write(root, f"proc/{pid}/status", f"Name:\t{comm}\nState:\tS (sleeping)\nPPid:\t{parent}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
     ticks = os.sysconf("SC_CLK_TCK")
-    write(root, f"proc/{pid}/stat", f"{pid} ({comm}) S {parent} " + " ".join(["0"] * 17) + f" {60 * ticks} 0 0\n")
+    write(root, f"proc/{pid}/stat", f"{pid} ({comm}) S {parent} {pid} {session} " + " ".join(["0"] * 15) + f" {started * ticks} 0 0\n")
     write(root, f"proc/{pid}/cmdline", cmdline)
     write(root, f"proc/{pid}/comm", comm + "\n")
     if holds:
@@ -133,3 +143,49 @@ def test_not_tpu_device_files(path: str) -> None:
 )
 def test_ages_as_a_person_says_them(seconds: float, said: str) -> None:
     assert describe_age(seconds) == said
+
+
+KERNEL = "python3\0-m\0ipykernel_launcher\0-f\0/root/.local/share/jupyter/runtime/kernel-{}.json\0"
+
+
+@pytest.fixture
+def shared_machine(tmp_path: Path) -> SystemView:
+    """A TPU VM with two notebooks and a terminal: this kernel (100, its own session), kernel B (500), and what they left."""
+    write(tmp_path, "proc/stat", "cpu  1 2 3\nbtime 1764600000\n")
+    fake_process(tmp_path, 1, 0, 0, "/sbin/init\0")
+    fake_process(tmp_path, 50, 1, 0, "jupyter-server\0")
+    fake_process(tmp_path, 100, 50, 0, KERNEL.format("a"), session=100)
+    fake_process(tmp_path, 500, 50, 0, KERNEL.format("b"), session=500, holds="/dev/accel0")  # kernel B itself
+    fake_process(tmp_path, 510, 500, 0, KERNEL.format("b"), session=500)  # B's run: its supervisor...
+    fake_process(tmp_path, 511, 510, 0, KERNEL.format("b"), session=500, holds="/dev/accel1")  # ...and worker
+    fake_process(tmp_path, 520, 1, 0, KERNEL.format("b"), session=500, holds="/dev/accel2")  # a worker B's ended run left
+    fake_process(tmp_path, 600, 1, 0, KERNEL.format("c"), session=590, holds="/dev/accel3")  # a worker of a dead kernel
+    fake_process(tmp_path, 700, 1, 0, "python3\0train.py\0", session=690, started=80, holds="/dev/accel4")
+    fake_process(tmp_path, 690, 1, 0, "bash\0", session=690, started=120)  # its session's pid, now a newer process's
+    fake_process(tmp_path, 801, 1, 0, "-bash\0", session=801)  # a terminal on the VM...
+    fake_process(tmp_path, 800, 801, 0, "python3\0train.py\0", session=801, holds="/dev/accel5")  # ...training
+    fake_process(tmp_path, 900, 1, 0, "python3\0train.py\0", session=100, holds="/dev/accel6")  # `!nohup ... &` from this notebook
+    fake_process(tmp_path, 910, 1, 0, KERNEL.format("a"), session=100, holds="/dev/accel7")  # a worker this kernel's ended run left
+    return SystemView(environ={}, dev_root=tmp_path / "dev", proc_root=tmp_path / "proc", modules={}, own_pid=100, own_uid=0)
+
+
+def test_stale_holders_are_those_whose_kernel_or_shell_is_gone_and_everything_else_is_live(shared_machine: SystemView) -> None:
+    holders = {holder.pid: holder for holder in tpu_device_holders(shared_machine)}
+
+    stale = {pid: holder.stale_because for pid, holder in holders.items() if holder.stale}
+    live = {pid: holder.belongs_to for pid, holder in holders.items() if not holder.stale}
+    assert stale == {
+        520: "a copy forked from kernel pid 500 (kernel-b.json) that no longer runs under it (a worker of an ended run)",
+        600: "the kernel or shell it was started from (session 590) has exited",
+        700: "the kernel or shell it was started from (session 690) has exited",
+        910: "a copy forked from kernel pid 100 (kernel-a.json) that no longer runs under it (a worker of an ended run)",
+    }
+    assert live == {
+        500: "another notebook kernel, kernel pid 500 (kernel-b.json)",
+        511: "started from another notebook, kernel pid 500 (kernel-b.json)",
+        800: "started from pid 801 (-bash), which still runs",
+        900: "started from this notebook",
+    }
+    assert holders[511].origin_text == "live: started from another notebook, kernel pid 500 (kernel-b.json)"
+    assert holders[600].origin_text == "stale: the kernel or shell it was started from (session 590) has exited"
+    assert holders[600].session == 590

@@ -85,7 +85,8 @@ def troubled_tpu(make_system: MakeSystem, fake_torch_xla: FakeTorchXla) -> Runti
         "kaggle_v5e_8",
         environ={"TPU_ACCELERATOR_TYPE": "v5litepod-8<script>"},
         modules={"torch_xla": fake_torch_xla(True)},
-        files={"proc/4242/comm": "<b>py</b>&co\n"},
+        # A worker whose kernel (session 4000) is gone.
+        files={"proc/4242/comm": "<b>py</b>&co\n", "proc/4242/stat": "4242 (py) S 1 4242 4000 " + "0 " * 15 + "6000 0 0\n"},
         links={"proc/4242/fd/7": "/dev/vfio/3"},
     )
     return detect(system)
@@ -154,10 +155,11 @@ def test_text_has_the_same_content(troubled_tpu: RuntimeInfo) -> None:
     assert any(line.startswith("ERROR [runtime_initialized] An XLA device was already used") for line in lines)
     assert (
         "ERROR [tpu_busy] The TPU is held by another process: pid 4242 (<b>py</b>&co) has /dev/vfio/3 open, "
-        "not from this kernel (stale?)." in lines
+        "stale: the kernel or shell it was started from (session 4000) has exited." in lines
     )
     assert "  fix: Run %tpu_release to end pid 4242 (or: kill 4242), or restart the runtime." in lines
-    assert lines[-2:] == ["Processes holding the TPU:", "  pid 4242 (<b>py</b>&co) has /dev/vfio/3 open, not from this kernel (stale?)"]
+    stale = "stale: the kernel or shell it was started from (session 4000) has exited"
+    assert lines[-2:] == ["Processes holding the TPU:", f"  pid 4242 (<b>py</b>&co) has /dev/vfio/3 open, {stale}"]
     assert any(line.startswith("WARNING [topology_vars]") for line in lines)
     assert "&lt;" not in text and "<td>" not in text
 

@@ -112,14 +112,16 @@ def test_topology_vars_names_only_what_is_set(make_system: MakeSystem) -> None:
 def test_tpu_busy(make_system: MakeSystem) -> None:
     system = make_system(
         "colab_v5e_1",
-        files={"proc/4242/comm": "python3\n"},
+        files={"proc/4242/comm": "python3\n", "proc/4242/stat": stat(4242, parent=1, session=4000)},
         links={"proc/4242/fd/0": "/dev/null", "proc/4242/fd/7": "/dev/vfio/0"},
     )
     info = detect(system)
 
     busy = problem(info, "tpu_busy")
     assert busy.severity == "error"
-    assert "pid 4242 (python3) has /dev/vfio/0 open, not from this kernel (stale?)" in busy.message
+    assert (
+        "pid 4242 (python3) has /dev/vfio/0 open, stale: the kernel or shell it was started from (session 4000) has exited" in busy.message
+    )
     assert "/dev/null" not in busy.message
     assert busy.fix == "Run %tpu_release to end pid 4242 (or: kill 4242), or restart the runtime."
     assert [holder.pid for holder in info.tpu_holders] == [4242]
@@ -129,7 +131,7 @@ def test_tpu_busy(make_system: MakeSystem) -> None:
 def test_tpu_busy_names_every_holder(make_system: MakeSystem) -> None:
     system = make_system(
         "colab_v2_8",
-        files={"proc/77/comm": "tpu_worker\n"},
+        files={"proc/77/comm": "tpu_worker\n", "proc/77/stat": stat(77, parent=1, session=4000), "proc/4242/stat": stat(4242, 1, 4000)},
         links={"proc/77/fd/3": "/dev/accel2", "proc/77/fd/4": "/dev/accel3", "proc/4242/fd/9": "/dev/accel0"},
     )
 
@@ -143,6 +145,11 @@ def status(parent: int, uid: int) -> str:
     return f"Name:\tpython3\nState:\tS (sleeping)\nPPid:\t{parent}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
 
 
+def stat(pid: int, parent: int, session: int) -> str:
+    """/proc/<pid>/stat of a process in `session`, started 60 s after boot."""
+    return f"{pid} (python3) S {parent} {pid} {session} " + "0 " * 15 + f"{60 * os.sysconf('SC_CLK_TCK')} 0 0\n"
+
+
 def test_tpu_busy_says_what_only_another_user_this_kernel_or_a_restart_can_free(make_system: MakeSystem) -> None:
     me = os.getuid()
     system = make_system(
@@ -153,12 +160,18 @@ def test_tpu_busy_says_what_only_another_user_this_kernel_or_a_restart_can_free(
             "proc/77/status": status(parent=1, uid=54321),  # no such user here
             "proc/110/status": status(parent=100, uid=me),
             "proc/120/status": status(parent=1, uid=me),
+            "proc/stat": "btime 1764600000\n",
+            "proc/100/stat": stat(100, parent=50, session=100),
+            "proc/120/stat": stat(120, parent=1, session=4000),  # stale: its kernel is gone
+            "proc/130/status": status(parent=1, uid=me),
+            "proc/130/stat": stat(130, parent=1, session=100),  # live: `!nohup ... &` from this notebook
         },
         links={
             "proc/50/fd/3": "/dev/vfio/0",
             "proc/77/fd/3": "/dev/vfio/0",
             "proc/110/fd/3": "/dev/vfio/0",
             "proc/120/fd/3": "/dev/vfio/0",
+            "proc/130/fd/3": "/dev/vfio/0",
         },
     )
 
@@ -166,10 +179,13 @@ def test_tpu_busy_says_what_only_another_user_this_kernel_or_a_restart_can_free(
 
     assert "pid 110 (unknown command) has /dev/vfio/0 open, user " in busy.message
     assert busy.message.count("started by this kernel (child of the kernel)") == 1
-    assert busy.message.count("not from this kernel (stale?)") == 2
+    assert "pid 120 (unknown command) has /dev/vfio/0 open, running " in busy.message
+    assert busy.message.count("stale: the kernel or shell it was started from (session 4000) has exited") == 1
+    assert busy.message.count("live: started from this notebook") == 1
     assert "this kernel runs under it" in busy.message
     assert busy.fix == (
         "Run %tpu_release to end pid 120 (or: kill 120), or restart the runtime. "
+        "pid 130 is live (started from this notebook): if it should stop, %tpu_release 130 ends it. "
         "pid 77 belongs to uid 54321: only they or root can end it (sudo kill 77). "
         "This kernel started pid 110: interrupt the cell running it, call .stop() or .kill() on a background run's handle, "
         "or kill 110. "

@@ -16,8 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tpu_nb.runtime import SystemView
+from tpu_nb.runtime.signals import Delivery, Target, send_signal
 
 # Opens the device file, optionally ignores SIGTERM (a stuck worker), says so, and waits.
 _HOLD = """
@@ -29,10 +31,25 @@ print("holding", flush=True)
 time.sleep(120)
 """
 
-# Starts the holder in a new session and exits at once, so the holder is
-# nobody's child here: init (or a subreaper above us) adopts it, as it
-# adopts the workers of a kernel that died.
+# Plays a kernel that dies: leads a new session, starts the holder in it and
+# exits at once. The holder is then nobody's child here (init, or a subreaper
+# above us, adopts it) and its session's leader is gone: a dead kernel's worker.
 _ORPHAN = """
+import os, subprocess, sys
+os.setsid()
+holder = subprocess.Popen([sys.executable, "-c", sys.argv[1], *sys.argv[2:]])
+print(holder.pid, flush=True)
+"""
+
+# Starts the holder and exits at once, in this process's session: a `nohup ... &` from a cell, adopted by init.
+_DETACHED = """
+import subprocess, sys
+holder = subprocess.Popen([sys.executable, "-c", sys.argv[1], *sys.argv[2:]])
+print(holder.pid, flush=True)
+"""
+
+# Leads a session of its own and holds the device while it lives: another kernel's, another terminal's process.
+_SESSION_LEADER = """
 import subprocess, sys
 holder = subprocess.Popen([sys.executable, "-c", sys.argv[1], *sys.argv[2:]], start_new_session=True)
 print(holder.pid, flush=True)
@@ -46,7 +63,7 @@ class FakeTpu:
     dev: Path
     pids: list[int] = field(default_factory=list)
     sent: list[tuple[int, int]] = field(default_factory=list)
-    """Every signal `send` was asked to send, as (pid, signal)."""
+    """Every signal `signal_with` was asked to send, as (pid, signal)."""
     _children: list[subprocess.Popen[str]] = field(default_factory=list)
 
     def view(self) -> SystemView:
@@ -64,9 +81,21 @@ class FakeTpu:
         return child.pid
 
     def hold_as_orphan(self, device: str, *, ignore_term: bool = False) -> int:
-        """A process that is not this one's descendant (left behind, as by a dead kernel) holding `device`."""
+        """A process left behind by a kernel that died (its session's leader is gone) holding `device`: stale."""
+        return self._hold_through(_ORPHAN, device, ignore_term)
+
+    def hold_detached(self, device: str) -> int:
+        """A process started from "this notebook" (this process's session) and adopted by init, holding `device`: live."""
+        return self._hold_through(_DETACHED, device, False)
+
+    def hold_in_own_session(self, device: str) -> int:
+        """A process leading a session of its own (as another kernel does) holding `device`: live."""
+        return self._hold_through(_SESSION_LEADER, device, False)
+
+    def _hold_through(self, starter_code: str, device: str, ignore_term: bool) -> int:
+        """The holder that `starter_code` starts (it prints the holder's pid, then exits): nobody's child here."""
         starter = subprocess.Popen(
-            [sys.executable, "-c", _ORPHAN, _HOLD, str(self.dev / device), "ignore-term" if ignore_term else "-"],
+            [sys.executable, "-c", starter_code, _HOLD, str(self.dev / device), "ignore-term" if ignore_term else "-"],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -79,12 +108,12 @@ class FakeTpu:
         self.pids.append(pid)
         return pid
 
-    def send(self, pid: int, signum: int) -> None:
-        """Signal a process this test started, for real; refuse any other (a real TPU holder on the test machine)."""
-        self.sent.append((pid, signum))
-        if pid not in self.pids:
-            raise PermissionError(1, "not a process this test started")
-        os.kill(pid, signum)
+    def signal_with(self, target: Target, signum: int, **checks: Any) -> Delivery:
+        """Signal a process this test started, through `send_signal`; refuse any other (a real TPU holder on the test machine)."""
+        self.sent.append((target.pid, signum))
+        if target.pid not in self.pids:
+            return Delivery.REFUSED
+        return send_signal(target, signum, **checks)
 
     def alive(self, pid: int) -> bool:
         """Whether `pid` runs (a zombie, killed but not yet reaped, does not)."""

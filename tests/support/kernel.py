@@ -7,6 +7,8 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import nbformat
@@ -62,6 +64,15 @@ class Kernel:
     @property
     def pid(self) -> int:
         return self.client.km.provisioner.process.pid
+
+
+@contextmanager
+def started_kernel() -> Iterator[Kernel]:
+    """A new kernel, as a notebook server starts one (in a session of its own), shut down on leaving."""
+    notebook = nbformat.v4.new_notebook()
+    client = NotebookClient(notebook, kernel_name="python3", timeout=120, allow_errors=True, store_widget_state=True)
+    with client.setup_kernel(env=dict(os.environ, PJRT_DEVICE="CPU")):
+        yield Kernel(client, notebook)
 
 
 def text_of(cell: nbformat.NotebookNode) -> str:

@@ -32,7 +32,7 @@ from .pod.slice_checks import BACKENDS, DEFAULT_RUNS_DIR, PodTarget
 from .pod.starting import launch_pod, start_pod_in_background
 from .release import TERM_GRACE, describe_release, release_tpu
 from .returns import hand_back, hand_back_later
-from .torch_tpu_guard import keep_torch_tpu_out
+from .torch_tpu_guard import keep_torch_tpu_out, let_torch_tpu_back
 
 
 @magics_class
@@ -62,6 +62,8 @@ class TpuMagics(Magics):
         display(RuntimePanel(detect()))
 
     @magic_arguments()
+    @argument("pids", nargs="*", type=int, metavar="PID", help="Also end these holders, live ones included (as %%tpu_info lists them).")
+    @argument("--all", action="store_true", help="End every holder this kernel may end, live ones included.")
     @argument("--dry-run", action="store_true", help="List the processes it would end, and end nothing.")
     @argument(
         "--grace",
@@ -72,17 +74,24 @@ class TpuMagics(Magics):
     )
     @line_magic
     def tpu_release(self, line: str) -> None:
-        """End the processes left holding the TPU's device files (e.g. workers of an earlier kernel): SIGTERM, then SIGKILL.
+        """End the stale processes holding the TPU's device files (e.g. workers of an earlier kernel): SIGTERM, then SIGKILL.
 
-        Never this kernel or a process it runs under, never another user's
-        process, and never one this kernel started (stop a run through its
-        cell or handle): those are listed with the reason and what to do.
-        Says what it ended, and whether SIGKILL was needed.
+        Stale: the kernel or shell it was started from is gone. A live one
+        (another notebook's kernel or run, a job started from a cell) is
+        listed with its parent, age and CPU use, and ended only when named
+        (`%tpu_release PID`) or with --all. Never this kernel or a process it
+        runs under, never another user's process, never this kernel's running
+        run (stop it through its cell or handle). Says what it ended, and
+        whether SIGKILL was needed.
         """
         args = parse_argstring(self.tpu_release, line)
         if not args.grace >= 0:  # also refuses nan
             raise UsageError(f"--grace {args.grace:g}: give the seconds to wait after SIGTERM, 0 or more (default {TERM_GRACE:g}).")
-        release = release_tpu(SystemView.current(), Run.alive(), dry_run=args.dry_run, grace=args.grace)
+        if any(pid <= 0 for pid in args.pids):
+            raise UsageError("%tpu_release PID ...: give the pids %tpu_info lists (positive numbers).")
+        release = release_tpu(
+            SystemView.current(), Run.alive(), named=tuple(args.pids), everything=args.all, dry_run=args.dry_run, grace=args.grace
+        )
         text, markup = describe_release(release)
         display({"text/plain": text, "text/html": markup}, raw=True)
 
@@ -350,3 +359,4 @@ def unload(ipython: InteractiveShell) -> None:
     manager.registry.pop(TpuMagics.__name__, None)
     RECORDED.clear()  # the recorded cells go with the extension that recorded them
     warm_imports.cancel(ipython)  # its event handlers go with it too
+    let_torch_tpu_back(os.environ)

@@ -1,28 +1,34 @@
-"""`%tpu_release`: end the processes left holding the TPU (SIGTERM, then SIGKILL), and say what was ended and what was left.
+"""`%tpu_release`: end the stale processes holding the TPU (SIGTERM, then SIGKILL), and say what was ended and what was left.
 
-Never the kernel or a process it runs under, never another user's process,
-and never one this kernel started: that is a run to stop through its cell
-or handle, or something a cell started on purpose.
+Stale: its kernel or parent is gone (`runtime.device_holders`). A live
+holder (another notebook's kernel or run, a `nohup` job started from a
+cell) is listed with what it is and ended only when named
+(`%tpu_release PID`) or with `--all`. Never the kernel or a process it runs
+under, never another user's process, and never this kernel's running run
+(stop it through its cell or handle). Every signal goes through
+`runtime.signals`: to the process chosen, and only while it still holds the
+TPU.
 """
 
 from __future__ import annotations
 
 import html
-import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from tpu_nb.runtime.device_holders import DeviceHolder, Origin, tpu_device_holders
+from tpu_nb.runtime.device_holders import DeviceHolder, Origin, describe_age, holds_tpu, tpu_device_holders
+from tpu_nb.runtime.signals import Delivery, Target, send_signal
 from tpu_nb.runtime.system import SystemView
 
 TERM_GRACE = 3.0  # seconds a holder gets to exit after SIGTERM (a worker closing the TPU needs about a second)
 KILL_WAIT = 5.0  # seconds for SIGKILLed holders to disappear
+CPU_WINDOW = 1.0  # seconds over which a live holder's CPU use is measured, to tell a working one from an idle one
 _POLL = 0.05
 
-Send = Callable[[int, int], None]
-"""How a signal is sent (os.kill; tests record instead when the pids are fake)."""
+SignalWith = Callable[..., Delivery]
+"""How a signal is sent: `runtime.signals.send_signal` (tests wrap it to record what was sent)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +47,8 @@ class Left:
     holder: DeviceHolder
     reason: str
     fix: str
+    cpu_share: float | None = None
+    """For a live holder: the share of one CPU it used over the last `CPU_WINDOW` seconds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,25 +59,36 @@ class Release:
     left: tuple[Left, ...]
     would_end: tuple[DeviceHolder, ...] = ()
     """In a dry run, the holders it would end; nothing was signalled."""
+    not_holding: tuple[int, ...] = ()
+    """Pids named that hold no TPU device file (nothing to end)."""
 
 
 def release_tpu(
     system: SystemView,
     running: str | None,
     *,
+    named: tuple[int, ...] = (),
+    everything: bool = False,
     dry_run: bool = False,
     grace: float = TERM_GRACE,
-    send: Send = os.kill,
+    cpu_window: float = CPU_WINDOW,
+    signal_with: SignalWith = send_signal,
 ) -> Release:
-    """End the stale holders of the TPU's device files seen through `system`; `running` names this kernel's live run, if any."""
+    """End the stale holders of the TPU's device files seen through `system`, the `named` pids, or with `everything` every one.
+
+    `running` names this kernel's live run, if any: its processes are never ended here.
+    """
     holders = tpu_device_holders(system)
-    left = [reason for holder in holders if (reason := _reason_to_leave(holder, system.own_uid, running)) is not None]
+    asked = {holder.pid for holder in holders if everything or holder.pid in named}
+    left = [reason for holder in holders if (reason := _reason_to_leave(holder, system.own_uid, running, holder.pid in asked))]
     kept = {reason.holder.pid for reason in left}
-    stale = tuple(holder for holder in holders if holder.pid not in kept)
+    to_end = tuple(holder for holder in holders if holder.pid not in kept)
+    not_holding = tuple(pid for pid in dict.fromkeys(named) if pid not in {holder.pid for holder in holders})
+    left = _with_cpu_shares(system, left, cpu_window)
     if dry_run:
-        return Release((), tuple(left), would_end=stale)
-    ended, not_ended = _end(system, stale, grace, send)
-    return Release(ended, (*left, *not_ended))
+        return Release((), tuple(left), would_end=to_end, not_holding=not_holding)
+    ended, not_ended = _end(system, to_end, grace, signal_with)
+    return Release(ended, (*left, *not_ended), not_holding=not_holding)
 
 
 def describe_release(release: Release) -> tuple[str, str]:
@@ -82,7 +101,10 @@ def describe_release(release: Release) -> tuple[str, str]:
         sections.append((f"Ended {_processes(len(release.ended))} holding the TPU:", [_ended_line(ended) for ended in release.ended]))
     if release.left:
         heading = f"Left {_processes(len(release.left))} holding the TPU:"
-        sections.append((heading, [f"{_name(left.holder)}: {left.reason}. Fix: {left.fix}" for left in release.left]))
+        sections.append((heading, [f"{_left_name(left)}: {left.reason}. Fix: {left.fix}" for left in release.left]))
+    if release.not_holding:
+        pids = ", ".join(map(str, release.not_holding))
+        sections.append((f"Not holding the TPU (nothing to end): pid {pids}", []))
     if not sections:
         text = "Nothing to release: no other process holds the TPU's device files."
         return text, f"<p>{html.escape(text)}</p>"
@@ -94,7 +116,7 @@ def describe_release(release: Release) -> tuple[str, str]:
     return text, f'<div class="tpu-nb-release">{markup}</div>'
 
 
-def _reason_to_leave(holder: DeviceHolder, own_uid: int, running: str | None) -> Left | None:
+def _reason_to_leave(holder: DeviceHolder, own_uid: int, running: str | None, asked: bool) -> Left | None:
     if holder.origin is Origin.KERNEL_ANCESTOR:
         return Left(holder, "this kernel runs under it, so ending it would end the kernel", "restart the runtime")
     if holder.uid is None:
@@ -111,29 +133,51 @@ def _reason_to_leave(holder: DeviceHolder, own_uid: int, running: str | None) ->
             f"{holder.origin_text}, where {running} is still running",
             "interrupt the cell running it, or call .stop() or .kill() on a background run's handle",
         )
-    if holder.origin is Origin.THIS_KERNEL:
-        return Left(holder, f"{holder.origin_text}, not as a tpu_nb run", f"end it where you started it, or kill {holder.pid}")
+    if holder.origin is Origin.THIS_KERNEL and not asked:
+        return Left(holder, f"{holder.origin_text}, not as a tpu_nb run", f"end it where you started it, or %tpu_release {holder.pid}")
+    if holder.origin is Origin.ELSEWHERE and not holder.stale and not asked:
+        return Left(holder, holder.origin_text, f"%tpu_release {holder.pid} ends it (%tpu_release --all: every live holder)")
     return None
 
 
-def _end(system: SystemView, holders: tuple[DeviceHolder, ...], grace: float, send: Send) -> tuple[tuple[Ended, ...], tuple[Left, ...]]:
+def _with_cpu_shares(system: SystemView, left: list[Left], window: float) -> list[Left]:
+    """The live holders among `left` with the CPU share each used over `window` seconds (measured only when there is one)."""
+    live = [item.holder.pid for item in left if item.holder.origin is Origin.ELSEWHERE and item.holder.uid is not None]
+    if not live or window <= 0:
+        return left
+    before = {pid: system.process_cpu_seconds(pid) for pid in live}
+    time.sleep(window)
+    shares = {}
+    for pid, was in before.items():
+        now = system.process_cpu_seconds(pid)
+        shares[pid] = None if was is None or now is None else (now - was) / window
+    return [replace(item, cpu_share=shares.get(item.holder.pid)) for item in left]
+
+
+def _end(
+    system: SystemView, holders: tuple[DeviceHolder, ...], grace: float, signal_with: SignalWith
+) -> tuple[tuple[Ended, ...], tuple[Left, ...]]:
     """SIGTERM every holder, SIGKILL those still there after `grace` seconds, and wait for them to go."""
     ended: list[Ended] = []
     refused: list[Left] = []
     waiting = []
     for holder in holders:
-        if not _still_there(system, holder):
+        delivery = _signal(system, holder, signal.SIGTERM, signal_with)
+        if delivery in (Delivery.GONE, Delivery.NOT_A_TARGET):
             ended.append(Ended(holder, None))
-        elif (refusal := _signal(holder, signal.SIGTERM, send)) is not None:
-            refused.append(refusal)
+        elif delivery is Delivery.REFUSED:
+            refused.append(_refused(holder, signal.SIGTERM))
         else:
             waiting.append(holder)
     stubborn = _wait_for(system, waiting, grace)
     ended += [Ended(holder, "SIGTERM") for holder in waiting if holder not in stubborn]
     killed = []
     for holder in stubborn:
-        if (refusal := _signal(holder, signal.SIGKILL, send)) is not None:
-            refused.append(refusal)
+        delivery = _signal(system, holder, signal.SIGKILL, signal_with)
+        if delivery in (Delivery.GONE, Delivery.NOT_A_TARGET):
+            ended.append(Ended(holder, "SIGTERM"))  # it went (or let go of the TPU) between the wait and the signal
+        elif delivery is Delivery.REFUSED:
+            refused.append(_refused(holder, signal.SIGKILL))
         else:
             killed.append(holder)
     survivors = _wait_for(system, killed, KILL_WAIT)
@@ -149,15 +193,13 @@ def _end(system: SystemView, holders: tuple[DeviceHolder, ...], grace: float, se
     return tuple(ended), tuple(refused)
 
 
-def _signal(holder: DeviceHolder, signum: signal.Signals, send: Send) -> Left | None:
-    """Send `signum`; a Left when the system refused (a process gone meanwhile needs nothing)."""
-    try:
-        send(holder.pid, signum)
-    except ProcessLookupError:
-        pass  # exited meanwhile: _wait_for sees it gone
-    except PermissionError:
-        return Left(holder, f"the system did not allow signalling it ({signum.name}: permission denied)", f"sudo kill {holder.pid}")
-    return None
+def _signal(system: SystemView, holder: DeviceHolder, signum: signal.Signals, signal_with: SignalWith) -> Delivery:
+    """Send `signum` to the holder seen, only while it still holds the TPU (its pid may be another process's by now)."""
+    return signal_with(Target(holder.pid, holder.started_at), signum, still_target=lambda: holds_tpu(system, holder.pid), system=system)
+
+
+def _refused(holder: DeviceHolder, signum: signal.Signals) -> Left:
+    return Left(holder, f"the system did not allow signalling it ({signum.name}: permission denied)", f"sudo kill {holder.pid}")
 
 
 def _wait_for(system: SystemView, holders: list[DeviceHolder], seconds: float) -> list[DeviceHolder]:
@@ -188,6 +230,20 @@ def _ended_line(ended: Ended) -> str:
 
 def _name(holder: DeviceHolder) -> str:
     return f"pid {holder.pid} ({holder.command})"
+
+
+def _left_name(left: Left) -> str:
+    """A holder left running; for a live one, what tells whether it works: its parent, age and CPU use."""
+    holder = left.holder
+    if holder.origin is not Origin.ELSEWHERE or holder.stale:
+        return _name(holder)
+    facts = [
+        f"parent {holder.parent}" if holder.parent is not None else "",
+        f"running {describe_age(holder.age)}" if holder.age is not None else "",
+    ]
+    if left.cpu_share is not None:
+        facts.append(f"{left.cpu_share:.0%} of a CPU in the last {CPU_WINDOW:g}s")
+    return f"{_name(holder)}, " + ", ".join(fact for fact in facts if fact)
 
 
 def _processes(number: int) -> str:

@@ -1,9 +1,19 @@
-"""Who holds the TPU's device files: each process with its command line, age, owner, and whether this kernel started it.
+"""Who holds the TPU's device files: each process with its command line, age, owner, whether this kernel started it, and whether it is stale.
 
 Orphaned workers of an earlier kernel keep /dev/accel* or /dev/vfio/* open
 and the TPU stays "busy" (pytorch/xla#8569, #7761) with nothing visible in
 the notebook. This names them, so that `%tpu_release` or the user can end
-the right ones.
+the right ones, and tells them from what still works: another notebook's
+kernel, a `nohup python train.py &` started from a cell.
+
+A process belongs to the session it was started in: a kernel starts one of
+its own (jupyter_client starts kernels with `start_new_session`), a terminal
+another, and whatever a cell starts, forked workers or `!nohup ... &` alike,
+stays in its kernel's session even once re-parented to init. So a holder is
+stale when its session's leader is gone (the kernel or shell it was started
+from exited), or when it is a copy forked from a kernel (the same command
+line) that no longer runs under it (a tpu_nb worker or supervisor whose
+run ended without it). Everything else is live.
 """
 
 from __future__ import annotations
@@ -53,6 +63,17 @@ class DeviceHolder:
     started_at: float | None
     seen_at: float
     """When we looked: its age is counted to then."""
+    session: int | None = None
+    """The session it belongs to (its leader's pid); None when it exited while we looked."""
+    stale_because: str | None = None
+    """Why it is stale, for one not from this kernel; None when it is live (or from this kernel)."""
+    belongs_to: str | None = None
+    """What it belongs to, for a live one not from this kernel: "another notebook kernel", "started from this notebook", ..."""
+
+    @property
+    def stale(self) -> bool:
+        """Whether `%tpu_release` ends it without being asked: not this kernel's, and its kernel or parent is gone."""
+        return self.stale_because is not None
 
     @property
     def age(self) -> float | None:
@@ -66,7 +87,9 @@ class DeviceHolder:
             return f"started by this kernel ({'child of the kernel' if self.child_of_kernel else f'under pid {self.parent}'})"
         if self.origin is Origin.KERNEL_ANCESTOR:
             return "this kernel runs under it"
-        return "not from this kernel (stale?)"
+        if self.stale_because is not None:
+            return f"stale: {self.stale_because}"
+        return f"live: {self.belongs_to}"
 
     @property
     def summary(self) -> str:
@@ -86,6 +109,22 @@ def tpu_device_holders(system: SystemView) -> tuple[DeviceHolder, ...]:
     seen_at = time.time()
     ancestors = _ancestors(system, system.own_pid)
     return tuple(_describe(system, opened, ancestors, seen_at) for opened in system.opened_by_other_processes(is_tpu_device))
+
+
+def holds_tpu(system: SystemView, pid: int) -> bool:
+    """Whether process `pid` holds a TPU device file now (checked again right before it is signalled)."""
+    return any(opened.pid == pid for opened in system.opened_by_other_processes(is_tpu_device, pids=(pid,)))
+
+
+def is_kernel(arguments: tuple[str, ...]) -> bool:
+    """Whether a command line is a Jupyter kernel's (ipykernel's launcher, Colab's)."""
+    return any("ipykernel" in argument or argument.endswith("kernel_launcher") for argument in arguments)
+
+
+def kernel_name(pid: int, arguments: tuple[str, ...]) -> str:
+    """A kernel as a person can find it: its pid and connection file (kernel-<id>.json), when it names one."""
+    connection = next((PurePosixPath(argument).name for argument in arguments if argument.endswith(".json")), None)
+    return f"kernel pid {pid}" + (f" ({connection})" if connection else "")
 
 
 def describe_age(seconds: float) -> str:
@@ -111,6 +150,11 @@ def _describe(system: SystemView, opened: OpenedBy, ancestors: frozenset[int], s
         origin = Origin.THIS_KERNEL
     else:
         origin = Origin.ELSEWHERE
+    started_at = system.process_started_at(opened.pid)
+    session = system.process_session(opened.pid)
+    stale_because = belongs_to = None
+    if origin is Origin.ELSEWHERE:
+        stale_because, belongs_to = _standing(system, opened.pid, session, started_at)
     return DeviceHolder(
         pid=opened.pid,
         command=_shortened(system.command_line(opened.pid), opened.command),
@@ -120,9 +164,32 @@ def _describe(system: SystemView, opened: OpenedBy, ancestors: frozenset[int], s
         origin=origin,
         parent=None if status is None else status.parent,
         child_of_kernel=status is not None and status.parent == system.own_pid,
-        started_at=system.process_started_at(opened.pid),
+        started_at=started_at,
         seen_at=seen_at,
+        session=session,
+        stale_because=stale_because,
+        belongs_to=belongs_to,
     )
+
+
+def _standing(system: SystemView, pid: int, session: int | None, started_at: float | None) -> tuple[str | None, str | None]:
+    """(why it is stale, None) or (None, what it belongs to), for a holder not from this kernel."""
+    if session is None:
+        return "it exited while we looked", None  # nothing left to end: `%tpu_release` finds it gone
+    arguments = system.command_line(pid)
+    if session == pid:
+        return None, ("another notebook kernel, " + kernel_name(pid, arguments)) if is_kernel(arguments) else "a process of its own session"
+    leader_started = system.process_started_at(session)
+    if leader_started is None or (started_at is not None and leader_started > started_at):  # gone, or its pid a newer process's
+        return f"the kernel or shell it was started from (session {session}) has exited", None
+    leader = system.command_line(session)
+    if arguments and arguments == leader and session not in _ancestors(system, pid):
+        return f"a copy forked from {kernel_name(session, leader)} that no longer runs under it (a worker of an ended run)", None
+    if session == system.process_session(system.own_pid):
+        return None, "started from this notebook"
+    if is_kernel(leader):
+        return None, "started from another notebook, " + kernel_name(session, leader)
+    return None, f"started from pid {session} ({_shortened(leader, None)}), which still runs"
 
 
 def _ancestors(system: SystemView, pid: int) -> frozenset[int]:

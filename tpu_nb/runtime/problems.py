@@ -76,13 +76,17 @@ def tpu_busy(found: Findings) -> Problem | None:
 
 def _how_to_free(holders: tuple[DeviceHolder, ...], own_uid: int) -> list[str]:
     """One sentence per kind of holder: what `%tpu_release` ends, and what only its user, root or a restart can."""
-    stale = [holder.pid for holder in holders if holder.origin is Origin.ELSEWHERE and holder.uid in (own_uid, None)]
+    elsewhere = [holder for holder in holders if holder.origin is Origin.ELSEWHERE and holder.uid in (own_uid, None)]
+    stale = [holder.pid for holder in elsewhere if holder.stale]
+    live = [holder for holder in elsewhere if not holder.stale]
     others = [holder for holder in holders if holder.origin is Origin.ELSEWHERE and holder.uid not in (own_uid, None)]
     started_here = [holder.pid for holder in holders if holder.origin is Origin.THIS_KERNEL]
     above = [holder.pid for holder in holders if holder.origin is Origin.KERNEL_ANCESTOR]
     sentences = []
     if stale:
         sentences.append(f"Run %tpu_release to end {_pids(stale)} (or: kill {_numbers(stale)}), or restart the runtime.")
+    for holder in live:
+        sentences.append(f"pid {holder.pid} is live ({holder.belongs_to}): if it should stop, %tpu_release {holder.pid} ends it.")
     for holder in others:
         sentences.append(f"pid {holder.pid} belongs to {holder.owner}: only they or root can end it (sudo kill {holder.pid}).")
     if started_here:
