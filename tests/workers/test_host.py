@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from tpu_nb.kernel.pod.program import PodProgram, write_run_directory
+from tpu_nb.wire.events import Notice
 from tpu_nb.wire.host_lines import HostEnded, decode
 from tpu_nb.wire.run_directory import Cell
 from tpu_nb.workers.host import host_index
@@ -46,3 +47,33 @@ def test_results_that_cannot_reach_the_runs_location_fail_the_host_with_the_reas
     ended = decode(done.stdout.splitlines()[-1]).event
     assert isinstance(ended, HostEnded) and ended.status == "died"
     assert ended.detail is not None and "could not save the results to nosuchfs://bucket/run/results" in ended.detail
+
+
+WATCHER = """
+import os, sys, threading, time
+from pathlib import Path
+from tpu_nb.wire.host_lines import LineWriter
+from tpu_nb.wire.stop_request import StopRequest
+from tpu_nb.workers.host import _watch_requests
+run_dir = Path(sys.argv[1])
+(run_dir / "results").mkdir()
+stop = StopRequest(1)
+threading.Thread(target=_watch_requests, args=(run_dir, stop, LineWriter(1, 0)), daemon=True).start()
+(run_dir / "stacks-request").write_bytes(b"\\xff\\xfe garbage")  # not text: reading it raises
+time.sleep(1.0)
+(run_dir / "stop").write_text("7")
+deadline = time.monotonic() + 10
+while not stop.requested and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("STOP", stop.requested, stop.stop_step, flush=True)
+"""
+
+
+def test_a_request_the_host_cannot_read_is_said_once_and_stops_still_arrive(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", WATCHER, str(tmp_path)], capture_output=True, text=True, timeout=120)
+
+    assert "STOP True 7" in done.stdout, done.stdout + done.stderr
+    notices = [line.event for line in map(decode, done.stdout.splitlines()) if isinstance(line.event, Notice)]
+    [notice] = notices  # said once, not at every poll
+    assert notice.text.startswith("host 0: answering a stacks request failed (UnicodeDecodeError: ")
+    assert notice.text.endswith("it goes on watching for the notebook's requests")

@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 
 from tpu_nb.runtime.system import installed_version
 from tpu_nb.runtime.versions import release, same_release
+from tpu_nb.wire.events import Notice
 from tpu_nb.wire.host_lines import HostEnded, LineWriter
 from tpu_nb.wire.limits import cap_text
 from tpu_nb.wire.results import ExceptionReport, ResultPlaces, index_file, load_exceptions
@@ -150,20 +151,44 @@ def _end_host() -> None:
 
 
 def _watch_requests(run_dir: Path, stop_request: StopRequest, writer: LineWriter) -> None:
-    """The notebook's requests, delivered as files (see `tpu_nb.wire.run_directory`): a graceful stop, and stacks."""
+    """The notebook's requests, delivered as files (see `tpu_nb.wire.run_directory`): a graceful stop, and stacks.
+
+    It outlives its own errors (a request file it cannot read, a dump it
+    cannot send): each is said once on the dashboard, and stops keep being
+    delivered, which is what this thread is for.
+    """
     answered = None
+    said: set[str] = set()
+
+    def say_once(what: str, error: Exception) -> None:
+        text = f"host {host_index()}: {what} failed ({type(error).__name__}: {error}); it goes on watching for the notebook's requests"
+        if text not in said:
+            said.add(text)
+            writer.send(Notice(0, text))
+
     while True:
         time.sleep(REQUEST_POLL_SECONDS)
-        if not stop_request.requested:
-            asked, step = read_stop(run_dir)
-            if asked and step is not None:
-                stop_request.request_at(step)
-            elif asked:
-                stop_request.request()  # no step known: each host stops one past its furthest rank
-        request = read_stacks_request(run_dir)
-        if request is not None and request != answered:
-            answered = request
-            answer_stacks(run_dir / RESULTS, request, writer)
+        try:
+            _take_stop(run_dir, stop_request)
+        except Exception as error:  # noqa: BLE001 - any error: this thread must go on delivering stops
+            say_once("reading the stop request", error)
+        try:
+            request = read_stacks_request(run_dir)
+            if request is not None and request != answered:
+                answered = request
+                answer_stacks(run_dir / RESULTS, request, writer)
+        except Exception as error:  # noqa: BLE001 - as above
+            say_once("answering a stacks request", error)
+
+
+def _take_stop(run_dir: Path, stop_request: StopRequest) -> None:
+    if stop_request.requested:
+        return
+    asked, step = read_stop(run_dir)
+    if asked and step is not None:
+        stop_request.request_at(step)
+    elif asked:
+        stop_request.request()  # no step known: each host stops one past its furthest rank
 
 
 def answer_stacks(dump_dir: Path, request: int, writer: LineWriter) -> None:
