@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -17,11 +18,13 @@ import pytest
 pytest.importorskip("tpu_info.proto.tpu_metric_service_pb2_grpc", reason="tpu-info (the test extra) serves the stand-in's protocol")
 
 import grpc
+from support.processes import wait_until
 from tpu_info import device as tpu_info_device
 from tpu_info import metrics as tpu_info_metrics
 from tpu_info.proto import tpu_metric_service_pb2 as messages
 from tpu_info.proto import tpu_metric_service_pb2_grpc as services
 
+from tpu_nb.kernel import chip_usage
 from tpu_nb.kernel.chip_usage import (
     ChipReadings,
     ChipUsagePoller,
@@ -161,7 +164,7 @@ def test_without_tpu_info_the_readings_say_so_and_the_poller_never_starts(withou
     readings = read_chip_usage("localhost:1", devices_per_chip=1)
     assert readings.devices == () and readings.unavailable is not None and readings.unavailable.startswith("tpu-info is not installed")
     poller = ChipUsagePoller(("localhost:8431", "localhost:8432"), devices_per_chip=1).start()
-    assert not poller.running and poller.latest == (readings, readings)
+    assert not poller.running and poller.readings() == (readings, readings)
     poller.stop()
 
 
@@ -220,18 +223,54 @@ def test_the_poller_reads_each_process_and_keeps_the_latest_until_stopped(libtpu
     poller = ChipUsagePoller((libtpu.address, second.address, absent), devices_per_chip=1, interval=0.05).start()
     try:
         deadline = time.monotonic() + 10
-        while poller.latest is None and time.monotonic() < deadline:
+        while poller.readings() is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert poller.running and poller.latest is not None
-        assert [len(readings.devices) for readings in poller.latest] == [4, 1, 0]
+        assert poller.running and poller.readings() is not None
+        assert [len(readings.devices) for readings in poller.readings()] == [4, 1, 0]
         libtpu.figures[Names.DUTY_CYCLE_PCT.value] = [messages.Gauge(as_double=12.0)] * 4
-        while poller.latest[0].devices[0].duty_cycle_percent != 12.0 and time.monotonic() < deadline:
+        while poller.readings()[0].devices[0].duty_cycle_percent != 12.0 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert poller.latest[0].devices[0].duty_cycle_percent == 12.0
+        assert poller.readings()[0].devices[0].duty_cycle_percent == 12.0
     finally:
         poller.stop()
         second.close()
     assert not poller.running
+
+
+def test_a_poller_whose_client_raises_goes_on_and_shows_the_figures_age_meanwhile(
+    libtpu: LibtpuStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing = threading.Event()
+    asked = chip_usage._ask_libtpu
+
+    def ask(*args: Any) -> Any:
+        if failing.is_set():
+            raise ValueError("an answer tpu-info does not expect")
+        return asked(*args)
+
+    monkeypatch.setattr(chip_usage, "_ask_libtpu", ask)
+    poller = ChipUsagePoller((libtpu.address,), devices_per_chip=1, interval=0.05).start()
+    try:
+        assert wait_until(lambda: poller.readings() is not None, 10)
+        live = poller.generation
+        failing.set()
+        assert wait_until(lambda: poller.readings()[0].unavailable is not None, 10)
+        [stale] = poller.readings()
+        assert stale.devices == ()  # the last figures are not given as if live: no verdict reads them
+        assert re.fullmatch(
+            r"chip figures from \d\d:\d\d:\d\d: reading them stopped working "
+            r"\(ValueError: an answer tpu-info does not expect\); still trying",
+            stale.unavailable or "",
+        )
+        assert rank_chip_text(poller.readings(), 0, 1) == f"rank 0: {stale.unavailable}"  # what a stalled rank's report says
+        said = poller.generation
+        time.sleep(0.3)  # rounds go on failing the same way: nothing new to show
+        assert poller.running and poller.generation == said > live
+        failing.clear()
+        assert wait_until(lambda: poller.readings()[0].unavailable is None, 10)
+        assert len(poller.readings()[0].devices) == 4 and poller.running
+    finally:
+        poller.stop()
 
 
 def test_a_ranks_figures_are_its_process_devices_in_order() -> None:

@@ -160,11 +160,14 @@ def rank_chip_text(by_process: Sequence[ChipReadings], rank: int, devices_per_pr
 
 
 class ChipUsagePoller:
-    """Reads each address every `interval` seconds on a daemon thread; `latest` holds the last readings, one per address.
+    """Reads each address every `interval` seconds on a daemon thread; `readings()` gives the last readings, one per address.
 
-    `latest` is None before the first round. Start the poller once the run's
-    processes are forked (see the module's note on importing tpu-info).
-    Without tpu-info no thread starts, and `latest` says so.
+    Start the poller once the run's processes are forked (see the module's
+    note on importing tpu-info). Without tpu-info no thread starts, and the
+    readings say so. The thread outlives its own errors (tpu-info raising on
+    an answer it does not expect): it goes on polling, and until a round
+    works again the readings are the error and the time of the last figures,
+    never those figures as if they were live.
     """
 
     def __init__(
@@ -179,17 +182,32 @@ class ChipUsagePoller:
         self.devices_per_chip = devices_per_chip
         self.interval = interval
         self.timeout = timeout
-        self.latest: tuple[ChipReadings, ...] | None = None
+        self.generation = 0
+        """Counts changes of `readings()`: a new round read, or reading started or stopped failing."""
+        self._latest: tuple[ChipReadings, ...] | None = None
+        self._read_at: float | None = None
+        self._failure: str | None = None
+        self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> ChipUsagePoller:
         if not tpu_info_installed():
-            self.latest = tuple(ChipReadings(unavailable=_NOT_INSTALLED) for _address in self.addresses)
+            self._latest = tuple(ChipReadings(unavailable=_NOT_INSTALLED) for _address in self.addresses)
+            self.generation += 1
             return self
         self._thread = threading.Thread(target=self._poll, name="tpu_nb-chip-usage", daemon=True)
         self._thread.start()
         return self
+
+    def readings(self) -> tuple[ChipReadings, ...] | None:
+        """The last round's readings (None before the first), or, while reading fails, why and since when."""
+        with self._lock:
+            if self._failure is None:
+                return self._latest
+            since = "" if self._read_at is None else f"chip figures from {time.strftime('%H:%M:%S', time.localtime(self._read_at))}: "
+            said = f"{since}reading them stopped working ({self._failure}); still trying"
+            return tuple(ChipReadings(unavailable=said) for _address in self.addresses)
 
     @property
     def running(self) -> bool:
@@ -203,12 +221,20 @@ class ChipUsagePoller:
 
     def _poll(self) -> None:
         while not self._stopping.is_set():
-            readings = []
-            for address in self.addresses:
-                if self._stopping.is_set():
-                    return
-                readings.append(read_chip_usage(address, devices_per_chip=self.devices_per_chip, timeout=self.timeout))
-            self.latest = tuple(readings)
+            try:
+                readings = [
+                    read_chip_usage(address, devices_per_chip=self.devices_per_chip, timeout=self.timeout) for address in self.addresses
+                ]
+            except Exception as error:  # noqa: BLE001 - whatever tpu-info raises, the figures go on (the error is shown instead)
+                with self._lock:
+                    failure = f"{type(error).__name__}: {error}"
+                    if failure != self._failure:
+                        self._failure = failure
+                        self.generation += 1
+            else:
+                with self._lock:
+                    self._latest, self._read_at, self._failure = tuple(readings), time.time(), None
+                    self.generation += 1
             self._stopping.wait(self.interval)
 
 

@@ -83,7 +83,7 @@ class Run(FollowedRun):
         self._stop_request: StopRequest | None = None
         self._stalls: StallWatch | None = None
         self._chips: tuple[ChipUsagePoller, int] | None = None  # on a TPU with tpu-info: the poller, and devices per process
-        self._chips_shown: object = None  # the poller's readings last put on the worker rows
+        self._chips_shown = 0  # the poller's generation last put on the worker rows
         self._mode_reason = ""  # why a TorchTPU run has its execution mode, for the dashboard
 
     @classmethod
@@ -145,7 +145,7 @@ class Run(FollowedRun):
         if self._chips is None:
             return None
         poller, devices_per_process = self._chips
-        return rank_chip_text(poller.latest or (), rank, devices_per_process)
+        return rank_chip_text(poller.readings() or (), rank, devices_per_process)
 
     def stacks(self) -> StackReport:
         """Where every rank is now, with a verdict (any thread; takes up to a few seconds)."""
@@ -167,10 +167,11 @@ class Run(FollowedRun):
 
     def _deliver_chip_figures(self) -> None:
         """Each rank's chip figures on its worker row, when the poller has read new ones."""
-        if self._chips is None or self._chips[0].latest is self._chips_shown:
+        if self._chips is None or self._chips[0].generation == self._chips_shown:
             return
         poller, per_process = self._chips
-        self._chips_shown = readings = poller.latest
+        self._chips_shown = poller.generation
+        readings = poller.readings()
         for rank in sorted(self._facts.ranks_by_pid.values()):
             usage = usage_for_rank(readings or (), rank, per_process)
             if usage is not None:
