@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import types
 
-from tpu_nb.kernel.torch_tpu_guard import AUTOLOAD, keep_torch_tpu_out
+from tpu_nb.kernel.torch_tpu_guard import AUTOLOAD, keep_torch_tpu_out, let_torch_tpu_back
 
 
 def test_where_torch_tpu_is_installed_autoloading_is_turned_off_before_torch_is_imported() -> None:
@@ -14,6 +14,22 @@ def test_where_torch_tpu_is_installed_autoloading_is_turned_off_before_torch_is_
     chosen = {AUTOLOAD: "1"}  # the user's own setting is theirs
     keep_torch_tpu_out(chosen, {}, torch_tpu_installed=True)
     assert chosen == {AUTOLOAD: "1"}
+
+
+def test_unloading_takes_back_only_what_tpu_nb_set() -> None:
+    environ: dict[str, str] = {"HOME": "/root"}
+    keep_torch_tpu_out(environ, {}, torch_tpu_installed=True)
+    let_torch_tpu_back(environ)
+    assert environ == {"HOME": "/root"}
+    chosen = {AUTOLOAD: "0"}  # the user turned it off before %load_ext: theirs, kept
+    keep_torch_tpu_out(chosen, {}, torch_tpu_installed=True)
+    let_torch_tpu_back(chosen)
+    assert chosen == {AUTOLOAD: "0"}
+    changed: dict[str, str] = {}
+    keep_torch_tpu_out(changed, {}, torch_tpu_installed=True)
+    changed[AUTOLOAD] = "1"  # the user changed it since
+    let_torch_tpu_back(changed)
+    assert changed == {AUTOLOAD: "1"}
 
 
 def test_without_torch_tpu_nothing_changes() -> None:

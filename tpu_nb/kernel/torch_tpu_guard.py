@@ -8,6 +8,7 @@ better off loading it themselves, each with its chip's environment: so at
 off (`TORCH_DEVICE_BACKEND_AUTOLOAD=0`, which only the notebook's process and
 its children see). When torch_tpu was loaded already, the user is told how
 to avoid it (`%tpu_info` says the same; an error once a TPU was used there).
+`%unload_ext tpu_nb` takes the variable back out, if tpu_nb set it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from collections.abc import Mapping, MutableMapping
 from tpu_nb.runtime.system import torch_tpu_backend_loaded
 
 AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+
+_turned_off: set[int] = set()
+"""The environments (by id) in which tpu_nb set AUTOLOAD, not the user."""
 
 
 def keep_torch_tpu_out(environ: MutableMapping[str, str], modules: Mapping[str, object], torch_tpu_installed: bool) -> str | None:
@@ -29,5 +33,14 @@ def keep_torch_tpu_out(environ: MutableMapping[str, str], modules: Mapping[str, 
             "attached): the workers %%tpu_train forks inherit it with libtpu's threads. For a clean start, restart the kernel "
             f"and run %load_ext tpu_nb first, or set {AUTOLOAD}=0 before importing torch."
         )
-    environ.setdefault(AUTOLOAD, "0")
+    if AUTOLOAD not in environ:
+        environ[AUTOLOAD] = "0"
+        _turned_off.add(id(environ))
     return None
+
+
+def let_torch_tpu_back(environ: MutableMapping[str, str]) -> None:
+    """`%unload_ext`: AUTOLOAD goes if tpu_nb set it (and it is still tpu_nb's "0"); a value the user set stays."""
+    if id(environ) in _turned_off and environ.get(AUTOLOAD) == "0":
+        del environ[AUTOLOAD]
+    _turned_off.discard(id(environ))
