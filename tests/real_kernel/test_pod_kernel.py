@@ -81,18 +81,30 @@ TRAIN_IN_BACKGROUND = TRAIN_UNTIL_STOPPED.replace(
 )
 
 
-def reapers() -> list[int]:
-    """Live tpu_nb reaper processes on this machine."""
+def reapers(of_kernel: int) -> list[int]:
+    """Live tpu_nb reaper processes that kernel `of_kernel` started (its children until it dies; other tests run their own)."""
     found = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             command = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            state, parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
         except OSError:
             continue
-        if b"tpu_nb/kernel/pod/reaper.py" in command and state not in ("Z", "X"):
+        if b"tpu_nb/kernel/pod/reaper.py" in command and state not in ("Z", "X") and int(parent) == of_kernel:
             found.append(int(entry.name))
     return found
+
+
+def gone(pids: list[int]) -> bool:
+    """Whether none of `pids` runs (a pid another process took since would count as running: a rare false "no")."""
+
+    def running(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except OSError:
+            return False
+
+    return not any(running(pid) for pid in pids)
 
 
 def test_a_kernel_killed_during_a_pod_run_ends_it_on_every_host_and_the_next_launch_starts(
@@ -103,9 +115,11 @@ def test_a_kernel_killed_during_a_pod_run_ends_it_on_every_host_and_the_next_lau
     pod_kernel.run(TRAIN_IN_BACKGROUND, allow_errors=False)
     assert wait_until(lambda: "training" in text_of(pod_kernel.run("print(job.status, len(job.metrics) > 2 and 'training')")), 120)
     assert len([command for command in pod.live_processes() if "train.py" in command]) >= 2  # every host trains
+    ours = reapers(pod_kernel.pid)
+    assert ours
     os.kill(pod_kernel.pid, signal.SIGKILL)
     assert wait_until(lambda: pod.live_processes() == [], 60), pod.live_processes()
-    assert wait_until(lambda: reapers() == [], 30)
+    assert wait_until(lambda: gone(ours), 30)
     assert any("kill -TERM" in " ".join(call) for call in pod.calls())  # the reaper's commands reached every host
     # The slice is free: the next launch (here from another shell) starts, with nothing stale found.
     monkeypatch.chdir(tmp_path)
@@ -128,8 +142,10 @@ def test_a_kernel_restarted_during_a_gke_run_deletes_its_jobset(tmp_path: Path, 
         kernel.run(TRAIN_IN_BACKGROUND.replace("--pod my-slice --background --name job", gke).replace('os.environ["TPU_WORKER_ID"]', "0"))
         assert wait_until(lambda: any(name.startswith("jobset-") for name in cluster.objects()), 120), cluster.objects()
         assert wait_until(lambda: "True" in text_of(kernel.run("print(len(job.metrics) > 2)")), 120)
+        ours = reapers(kernel.pid)
+        assert ours
         run_sync(client.km.restart_kernel)(now=False)  # what Jupyter's "Restart kernel" does
         assert wait_until(lambda: cluster.objects() == [], 60), cluster.objects()
         assert wait_until(lambda: cluster.live_processes() == [], 30), cluster.live_processes()
-        assert wait_until(lambda: reapers() == [], 30)
+        assert wait_until(lambda: gone(ours), 30)
         assert not list(Path(tempfile.gettempdir()).glob(f"tpu_nb-pod-{kernel.pid}-*"))  # the gs:// run's local copy went too
