@@ -2,6 +2,7 @@
 
     python scripts/compat_env.py image colab     # build .venv-colab from compat/colab-tpu.txt (once)
     python scripts/compat_env.py install colab   # pip install tpu_nb into it; fail if pip changed the image
+    python scripts/compat_env.py sources         # uv's options for the package sources pip uses here (make install)
 
 `torch-tpu` is no hosted image but the stack of TorchTPU (torch_tpu 0.2.0,
 torch 2.14.1, libtpu 0.0.52, compat/torch-tpu-tpu.txt), where only
@@ -76,7 +77,7 @@ def pip(image: str, *args: str) -> None:
 def uv_install(image: str, *args: str) -> None:
     """`uv pip install ARGS` into the image's venv, inside the Debian 13 tree for the images that live there."""
     command = [str(DEV_VENV / "bin" / "uv"), "pip", "install", "--quiet", "--python", str(venv(image) / "bin" / "python")]
-    command += ["--index-strategy", "unsafe-best-match"]
+    command += ["--index-strategy", "unsafe-best-match"]  # the best version from any source, as pip picks
     if image in DEBIAN13:  # the tree has none of this machine's local sources (nor its pip config): PyPI alone
         command = [sys.executable, str(REPO / "scripts" / "debian13.py"), "run", "--", *command, *args]
     else:
@@ -190,6 +191,9 @@ def _normalise(name: str) -> str:
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["sources"]:  # for `make install`: uv looks where pip looks here
+        print(" ".join(["--index-strategy", "unsafe-best-match", *pip_sources()]))
+        return 0
     if len(argv) != 2 or argv[0] not in ("image", "install") or not pins(argv[1]).exists():
         images = ", ".join(sorted(path.name.removesuffix("-tpu.txt") for path in (REPO / "compat").glob("*-tpu.txt")))
         print(f"usage: compat_env.py image|install IMAGE   (IMAGE: {images})", file=sys.stderr)
