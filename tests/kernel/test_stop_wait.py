@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tpu_nb.kernel.stop_wait import MARGIN, StopClock
 from tpu_nb.wire.checkpoints import CheckpointPlan, Every
-from tpu_nb.wire.events import CheckpointSaved, Heartbeat, Progress
+from tpu_nb.wire.events import CheckpointSaved, Heartbeat, Progress, WorkerStarted
 
 
 def heartbeat(rank: int, step: int | None, phase: str = "train", compiling: float | None = None) -> Heartbeat:
@@ -20,6 +20,16 @@ def test_before_any_step_was_timed_a_stop_waits_its_grace() -> None:
     wait = clock.wait(requested_at=100.0, now=100.0)
     assert wait.seconds == 5.0 and wait.until == 105.0 and wait.step_seconds is None
     assert wait.text(5.0) == "stopping at the next step boundary every worker reaches: within 5.0s; interrupt again to stop at once."
+
+
+def test_before_two_steps_the_time_to_the_first_stands_for_a_step() -> None:
+    clock = StopClock(grace=5.0)
+    clock.on_event(WorkerStarted(0, 1, 1234, "xla:0"), 10.0)  # the workers start...
+    clock.on_event(Progress(0, 1, {"loss": 1.0}), 40.0)  # ...and rank 0's first step ends 30 s later (imports, compiling)
+    wait = clock.wait(requested_at=41.0, now=41.0)  # a deadline's stop during the second step, which takes 7 s
+    assert clock.longest_step == 30.0 and wait.seconds == MARGIN * 2 * 30.0
+    clock.on_event(Progress(0, 2, {"loss": 1.0}), 47.0)
+    assert clock.longest_step == 7.0  # once a step is timed, it counts
 
 
 def test_eight_second_steps_are_waited_for_two_steps_and_a_margin() -> None:

@@ -9,7 +9,10 @@ checkpoint save, and whether a rank is compiling, evaluating or saving now
 or from when the last such long phase ended, for two of the longest steps
 (the ranks agree on a stop step one past the furthest rank, so the step in
 progress and one more) plus a save when one is due, with a margin; never
-less than `--stop-grace`.
+less than `--stop-grace`. Before two steps are timed, the time from the
+workers' start to the first step stands for a step: a run stopped (by its
+deadline, say) during its second step, slow on a busy host, was ended hard
+after the grace and lost its checkpoint.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ class StopClock:
     def __init__(self, grace: float, checkpoints: CheckpointPlan | None = None) -> None:
         self.grace = grace
         self.checkpoints = checkpoints
+        self._first_heard_at: float | None = None  # the run's first event (its workers' start)
+        self._until_first_step: float | None = None  # from then to rank 0's first step, per step: before any step is timed
         self._longest_warmup_step: float | None = None
         self._longest_later_step: float | None = None
         self.longest_save: float | None = None  # seconds the step waited for a checkpoint (its copy to host memory)
@@ -73,11 +78,17 @@ class StopClock:
 
     @property
     def longest_step(self) -> float | None:
-        """The longest step seen after warm-up, or before there is one, the longest warm-up step."""
-        return self._longest_later_step if self._longest_later_step is not None else self._longest_warmup_step
+        """The longest step seen after warm-up; before there is one, the longest warm-up step; before any step is timed,
+        the time from the workers' start to the first step (a step that compiles can take that long again)."""
+        for seconds in (self._longest_later_step, self._longest_warmup_step, self._until_first_step):
+            if seconds is not None:
+                return seconds
+        return None
 
     def on_event(self, event: Event, now: float) -> None:
         """Take what an event says about step times, saves and long phases (`now`: monotonic, when it arrived)."""
+        if self._first_heard_at is None:
+            self._first_heard_at = now
         if isinstance(event, Progress | Heartbeat) and event.rank == 0 and event.step is not None and event.phase in (None, "train"):
             self._on_step(event.step, now)
         if isinstance(event, Heartbeat):
@@ -122,6 +133,8 @@ class StopClock:
         return fresh[0] if fresh else None
 
     def _on_step(self, step: int, now: float) -> None:
+        if self.last_step is None and self._first_heard_at is not None and now > self._first_heard_at and step > 0:
+            self._until_first_step = (now - self._first_heard_at) / step
         if self.last_step is not None and self._stepped_at is not None and step > self.last_step:
             per_step = (now - self._stepped_at) / (step - self.last_step)
             if step <= WARMUP_STEPS:
