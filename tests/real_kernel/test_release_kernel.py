@@ -21,12 +21,13 @@ from tpu_nb.runtime import SystemView
 SystemView.current = classmethod(lambda cls: SystemView(dev_root=Path({dev!r})))
 """
 
-# A run started from a cell: a process holding a TPU device file until it is ended.
+# A run started from a cell: a process holding a TPU device file until it is ended. In a process group of its own,
+# as tpu_nb's runs are: jupyter_client 7 (Colab's) kills a dead kernel's whole group when it cleans up after it.
 HOLD = """
 import subprocess, sys
 holder = subprocess.Popen(
     [sys.executable, "-c", "import sys, time; held = open(sys.argv[1]); print('holding', flush=True); time.sleep(600)", {path!r}],
-    stdout=subprocess.PIPE, text=True,
+    stdout=subprocess.PIPE, text=True, process_group=0,
 )
 assert holder.stdout.readline() == "holding\\n"
 print("HOLDER", holder.pid)
