@@ -189,3 +189,21 @@ def test_stale_holders_are_those_whose_kernel_or_shell_is_gone_and_everything_el
     assert holders[511].origin_text == "live: started from another notebook, kernel pid 500 (kernel-b.json)"
     assert holders[600].origin_text == "stale: the kernel or shell it was started from (session 590) has exited"
     assert holders[600].session == 590
+
+
+def test_a_kernel_whose_session_leader_is_outside_the_container_ends_only_its_own_ended_runs_workers(tmp_path: Path) -> None:
+    # `docker exec`, and some notebook images, start the kernel in a session whose leader this pid namespace cannot see (0).
+    write(tmp_path, "proc/stat", "cpu  1 2 3\nbtime 1764600000\n")
+    fake_process(tmp_path, 1, 0, 0, "/sbin/init\0", session=0)
+    fake_process(tmp_path, 100, 1, 0, KERNEL.format("a"), session=0)  # this kernel
+    fake_process(tmp_path, 900, 1, 0, "python3\0train.py\0", session=0, holds="/dev/accel0")  # `!nohup ... &` from it
+    fake_process(tmp_path, 910, 1, 0, KERNEL.format("a"), session=0, holds="/dev/accel1")  # a worker its ended run left
+    fake_process(tmp_path, 920, 1, 0, KERNEL.format("d"), session=0, holds="/dev/accel2")  # another kernel's, seen the same way
+    system = SystemView(environ={}, dev_root=tmp_path / "dev", proc_root=tmp_path / "proc", modules={}, own_pid=100, own_uid=0)
+
+    holders = {holder.pid: holder for holder in tpu_device_holders(system)}
+
+    assert holders[910].stale_because == "a copy forked from kernel pid 100 (kernel-a.json) that no longer runs under it (a worker of an ended run)"
+    # Not called stale for a leader nobody here can see.
+    assert holders[900].belongs_to == holders[920].belongs_to == "started outside this container's view (its session's leader is not visible here)"
+    assert not holders[900].stale and not holders[920].stale

@@ -13,7 +13,10 @@ stays in its kernel's session even once re-parented to init. So a holder is
 stale when its session's leader is gone (the kernel or shell it was started
 from exited), or when it is a copy forked from a kernel (the same command
 line) that no longer runs under it (a tpu_nb worker or supervisor whose
-run ended without it). Everything else is live.
+run ended without it). Everything else is live: what shares this kernel's
+session (it runs, since we do), and what belongs to a session whose leader
+is outside this container (session 0 here: `docker exec`, some notebook
+images), because nothing here can tell whether that leader still runs.
 """
 
 from __future__ import annotations
@@ -179,14 +182,22 @@ def _standing(system: SystemView, pid: int, session: int | None, started_at: flo
     arguments = system.command_line(pid)
     if session == pid:
         return None, ("another notebook kernel, " + kernel_name(pid, arguments)) if is_kernel(arguments) else "a process of its own session"
+    own_arguments = system.command_line(system.own_pid)
+    own_session = system.process_session(system.own_pid)
+    if session in (own_session, 0) and arguments and arguments == own_arguments and system.own_pid not in _ancestors(system, pid):
+        return f"a copy forked from {kernel_name(system.own_pid, own_arguments)} that no longer runs under it (a worker of an ended run)", None
+    if session == 0:
+        # Its session's leader is outside this container's pid namespace (`docker exec`, some notebook images): whether
+        # that leader still runs cannot be seen from here, so it is not called gone.
+        return None, "started outside this container's view (its session's leader is not visible here)"
+    if session == own_session:
+        return None, "started from this notebook"  # our session runs (we are in it), whether or not its leader still does
     leader_started = system.process_started_at(session)
     if leader_started is None or (started_at is not None and leader_started > started_at):  # gone, or its pid a newer process's
         return f"the kernel or shell it was started from (session {session}) has exited", None
     leader = system.command_line(session)
     if arguments and arguments == leader and session not in _ancestors(system, pid):
         return f"a copy forked from {kernel_name(session, leader)} that no longer runs under it (a worker of an ended run)", None
-    if session == system.process_session(system.own_pid):
-        return None, "started from this notebook"
     if is_kernel(leader):
         return None, "started from another notebook, " + kernel_name(session, leader)
     return None, f"started from pid {session} ({_shortened(leader, None)}), which still runs"
