@@ -260,7 +260,9 @@ def test_a_live_holder_is_listed_with_what_it_is_and_ended_only_when_named(fake_
     _, left = ours(release, fake_tpu)
     assert set(left) == {detached, leader} and fake_tpu.alive(detached) and fake_tpu.alive(leader) and not fake_tpu.sent
     # Under a session whose leader is outside the container (CI's, `docker exec`'s: 0 here), "from this notebook" cannot be told.
-    from_here = "started from this notebook" if os.getsid(0) else "started outside this container's view (its session's leader is not visible here)"
+    from_here = (
+        "started from this notebook" if os.getsid(0) else "started outside this container's view (its session's leader is not visible here)"
+    )
     assert left[detached].reason == f"live: {from_here}"
     assert left[leader].reason == "live: a process of its own session"
     assert left[detached].fix == f"%tpu_release {detached} ends it (%tpu_release --all: every live holder)"

@@ -203,7 +203,14 @@ def test_a_kernel_whose_session_leader_is_outside_the_container_ends_only_its_ow
 
     holders = {holder.pid: holder for holder in tpu_device_holders(system)}
 
-    assert holders[910].stale_because == "a copy forked from kernel pid 100 (kernel-a.json) that no longer runs under it (a worker of an ended run)"
+    assert (
+        holders[910].stale_because
+        == "a copy forked from kernel pid 100 (kernel-a.json) that no longer runs under it (a worker of an ended run)"
+    )
     # Not called stale for a leader nobody here can see.
-    assert holders[900].belongs_to == holders[920].belongs_to == "started outside this container's view (its session's leader is not visible here)"
+    assert (
+        holders[900].belongs_to
+        == holders[920].belongs_to
+        == "started outside this container's view (its session's leader is not visible here)"
+    )
     assert not holders[900].stale and not holders[920].stale

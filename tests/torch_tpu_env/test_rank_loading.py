@@ -29,15 +29,16 @@ initialised = []
 real_init = _loader._init_device
 _loader._init_device = lambda device: initialised.append(device) or real_init(device)
 
-from tpu_nb.workers.chip_ranks import TORCH_TPU, ChipRun, place_rank, rank_environment, start_rank
+from tpu_nb.workers.chip_ranks import TORCH_TPU, ChipRun, chip_port, place_rank, rank_environment, start_rank
 
 run = ChipRun.plan(TORCH_TPU, "v6e", {chips}, "eager")
-environment = rank_environment(run, {rank})
+chip_ports = tuple(chip_port() for _ in range({chips}))  # what the ranks agree on through their store
+environment = rank_environment(run, {rank}, chip_ports)
 try:
     if {chips} == 1:
         start_rank(run, {rank})
-    else:  # what start_rank does before joining the process group, which would start the chips' runtime
-        place_rank(run, {rank})
+    else:  # what start_rank does after the ranks met and before joining the process group, which would start the runtime
+        place_rank(run, {rank}, chip_ports)
         TORCH_TPU.load()
 except Exception as error:
     print(json.dumps({{"raised": f"{{type(error).__name__}}: {{error}}"}}))

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import random
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.torch_tpu_stand_in import STAND_IN
 
-from tpu_nb.workers.chip_ranks import INHERITED_PLACEMENT, XPROF_SESSION, ChipRun, free_ports, rank_environment, start_rank
+from tpu_nb.workers import chip_ranks
+from tpu_nb.workers.chip_ranks import INHERITED_PLACEMENT, XPROF_SESSION, ChipRun, chip_port, rank_environment, start_rank
 
 # torch_tpu checks these when WORLD_SIZE is set (csrc/distributed/slicebuilder/discovery.cc, in this order).
 REQUIRED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCH_TPU_SLICEBUILDER_ADDRESSES", "TORCH_TPU_TOPOLOGY")
@@ -30,7 +33,8 @@ def rank_environment_undone() -> Iterator[None]:
 )
 def test_every_rank_gets_the_variables_torch_tpu_requires_with_the_hosts_topology(generation: str, chips: int, topology: str) -> None:
     run = ChipRun.plan(STAND_IN, generation, chips, "fused")
-    environments = [rank_environment(run, rank) for rank in range(chips)]
+    chip_ports = tuple(chip_port() for _ in range(chips))
+    environments = [rank_environment(run, rank, chip_ports) for rank in range(chips)]
     for rank, environment in enumerate(environments):
         assert set(REQUIRED) <= set(environment)
         assert (environment["RANK"], environment["LOCAL_RANK"], environment["WORLD_SIZE"]) == (str(rank), str(rank), str(chips))
@@ -38,28 +42,29 @@ def test_every_rank_gets_the_variables_torch_tpu_requires_with_the_hosts_topolog
     addresses = {environment["TORCH_TPU_SLICEBUILDER_ADDRESSES"] for environment in environments}
     assert len(addresses) == 1  # one list, the same for every rank: each takes entry RANK of it
     [listed] = addresses
-    ports = [int(address.removeprefix("localhost:")) for address in listed.split(",")]
-    assert len(ports) == chips and len(set(ports) | {run.master_port}) == chips + 1  # a port per chip, and the rendezvous's
+    assert listed == ",".join(f"localhost:{port}" for port in chip_ports)  # entry RANK is rank RANK's chip
+    assert {environment["MASTER_PORT"] for environment in environments} == {str(run.master_port)}
 
 
 def test_one_chip_is_a_world_of_one_chip_and_an_unknown_count_says_what_the_generation_takes() -> None:
-    environment = rank_environment(ChipRun.plan(STAND_IN, "v5e", 1, "eager"), 0)
+    environment = rank_environment(ChipRun.plan(STAND_IN, "v5e", 1, "eager"), 0, (chip_port(),))
     assert set(REQUIRED) <= set(environment)  # torch_tpu's distributed path, confined to one chip: the others stay free
     assert (environment["RANK"], environment["WORLD_SIZE"], environment["TORCH_TPU_TOPOLOGY"]) == ("0", "1", "1,1,1")
     assert len(environment["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")) == 1
     # v7x: torch_tpu knows no one-chip slice (a chip is two devices), so one process takes the host as a plain process.
-    assert set(rank_environment(ChipRun.plan(STAND_IN, "v7x", 1, "eager"), 0)) == {XPROF_SESSION}
+    assert set(rank_environment(ChipRun.plan(STAND_IN, "v7x", 1, "eager"), 0, (chip_port(),))) == {XPROF_SESSION}
     with pytest.raises(ValueError, match="TorchTPU runs 1, 4, 8 processes on a TPU v5e host, not 2"):
-        rank_environment(ChipRun.plan(STAND_IN, "v5e", 2, "eager"), 0)
+        rank_environment(ChipRun.plan(STAND_IN, "v5e", 2, "eager"), 0, (chip_port(), chip_port()))
 
 
 def test_each_launch_has_its_own_profile_session_unless_the_notebook_names_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(XPROF_SESSION, raising=False)
     first, second = (ChipRun.plan(STAND_IN, "v6e", 4, "eager") for _ in range(2))
     assert first.xprof_session != second.xprof_session
-    assert {rank_environment(first, rank)[XPROF_SESSION] for rank in range(4)} == {first.xprof_session}  # one per launch
+    ports = tuple(chip_port() for _ in range(4))
+    assert {rank_environment(first, rank, ports)[XPROF_SESSION] for rank in range(4)} == {first.xprof_session}  # one per launch
     monkeypatch.setenv(XPROF_SESSION, "mine")  # set_tpu_launch_env never overwrites it either
-    assert rank_environment(ChipRun.plan(STAND_IN, "v6e", 4, "eager"), 2)[XPROF_SESSION] == "mine"
+    assert rank_environment(ChipRun.plan(STAND_IN, "v6e", 4, "eager"), 2, ports)[XPROF_SESSION] == "mine"
 
 
 def test_a_rank_drops_the_chip_placement_it_inherited_and_keeps_the_hosts_bounds(
@@ -73,9 +78,74 @@ def test_a_rank_drops_the_chip_placement_it_inherited_and_keeps_the_hosts_bounds
     assert os.environ["TPU_HOST_BOUNDS"] == "1,1,1" and os.environ["TORCH_TPU_TOPOLOGY"] == "1,1,1"
 
 
-def test_free_ports_are_distinct() -> None:
-    ports = free_ports(9)
-    assert len(set(ports)) == 9 and all(0 < port < 65536 for port in ports)
+def test_the_rendezvous_port_is_held_from_the_plan_on_so_nothing_else_can_take_it() -> None:
+    run = ChipRun.plan(STAND_IN, "v6e", 4, "eager")
+    with socket.socket() as squatter:
+        with pytest.raises(OSError):
+            squatter.bind(("", run.master_port))  # between the plan and rank 0's store, in any other process too
+    with socket.create_connection(("127.0.0.1", run.master_port), timeout=5):
+        pass  # already listening: a rank that connects before rank 0 serves waits in the queue, never refused
+    run.release()
+
+
+def test_a_chip_port_that_was_taken_is_passed_over_and_each_rank_picks_below_the_ephemeral_range_from_its_own_share() -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("", 0))
+        taken = squatter.getsockname()[1]
+        proposals = iter([taken, taken, 29_999])
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(random, "randrange", lambda low, high: next(proposals))
+            assert chip_port() == 29_999  # the taken one twice, then a free one
+    ephemeral_start = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    end = max(ephemeral_start, chip_ranks.CHIP_PORTS_FROM + 1000)
+    picked = [[chip_port(rank, 8) for _ in range(20)] for rank in range(8)]
+    assert all(chip_ranks.CHIP_PORTS_FROM <= port < end for ports in picked for port in ports)
+    assert all(max(picked[rank]) < min(picked[rank + 1]) for rank in range(7))  # disjoint shares: two ranks never collide
+
+
+def start_rank_and_sum(rank: int, run: ChipRun, seen: multiprocessing.Queue) -> None:
+    """A rank on the stand-in: what it was given, and a sum across the ranks."""
+    import torch
+    import torch.distributed as dist
+
+    start_rank(run, rank)
+    total = torch.ones(1) * (rank + 1)
+    dist.all_reduce(total)
+    seen.put((rank, os.environ["MASTER_PORT"], os.environ["TORCH_TPU_SLICEBUILDER_ADDRESSES"], float(total)))
+    dist.destroy_process_group()
+
+
+def test_ranks_meet_on_the_held_socket_and_agree_on_a_port_per_chip_passing_over_ports_taken_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = ChipRun.plan(STAND_IN, "v4", 2, "eager")
+    share = (chip_ranks._ephemeral_ports_start() - chip_ranks.CHIP_PORTS_FROM) // 2
+    lows = [chip_ranks.CHIP_PORTS_FROM + rank * share for rank in range(2)]
+    proposed: dict[int, int] = {}
+
+    def lowest_then_next(low: int, high: int) -> int:
+        """Each rank first proposes the lowest port of its share (which something on the host holds), then the next."""
+        proposed[low] = proposed.get(low, -1) + 1
+        return low + proposed[low]
+
+    monkeypatch.setattr(random, "randrange", lowest_then_next)
+    with socket.socket() as first, socket.socket() as second:
+        first.bind(("", lows[0]))
+        second.bind(("", lows[1]))
+        fork = multiprocessing.get_context("fork")
+        seen: multiprocessing.Queue = fork.Queue()
+        ranks = [fork.Process(target=start_rank_and_sum, args=(rank, run, seen)) for rank in range(2)]
+        for rank in ranks:
+            rank.start()
+        run.release()  # as the supervisor does once it forked them
+        results = sorted(seen.get(timeout=120) for _ in ranks)
+        for rank in ranks:
+            rank.join(60)
+    assert [rank.exitcode for rank in ranks] == [0, 0]
+    assert {(port, addresses) for _, port, addresses, _ in results} == {
+        (str(run.master_port), f"localhost:{lows[0] + 1},localhost:{lows[1] + 1}")
+    }
+    assert [total for *_, total in results] == [3.0, 3.0]
 
 
 def test_a_single_chip_rank_starts_without_a_process_group_in_its_mode(rank_environment_undone: None) -> None:

@@ -124,6 +124,9 @@ class Run(FollowedRun):
         except BaseException:
             Run._alive = None
             raise
+        finally:
+            if chips is not None:
+                chips.release()  # the supervisor forked with its copy of the rendezvous's socket, or never will
         assert self._processes.places is not None
         self._chips = _chip_poller(info, environment.devices, self.options.spmd)
         self._stalls = StallWatch(self._processes.places.run_dir, self.options.watchdog, chips=self._chip_text)

@@ -185,7 +185,10 @@ def _standing(system: SystemView, pid: int, session: int | None, started_at: flo
     own_arguments = system.command_line(system.own_pid)
     own_session = system.process_session(system.own_pid)
     if session in (own_session, 0) and arguments and arguments == own_arguments and system.own_pid not in _ancestors(system, pid):
-        return f"a copy forked from {kernel_name(system.own_pid, own_arguments)} that no longer runs under it (a worker of an ended run)", None
+        return (
+            f"a copy forked from {kernel_name(system.own_pid, own_arguments)} that no longer runs under it (a worker of an ended run)",
+            None,
+        )
     if session == 0:
         # Its session's leader is outside this container's pid namespace (`docker exec`, some notebook images): whether
         # that leader still runs cannot be seen from here, so it is not called gone.

@@ -17,6 +17,15 @@ the execution mode, joins the process group ("tpu_dist") and sees its chip as
 tests of `make test-torch-tpu` (only libtpu's count of chips replaced), the
 rest is not run on a TPU here.
 
+Ports are never probed in one process and bound seconds later in another
+(torch_tpu's launcher does that, with portpicker): the rendezvous's socket
+is bound and listening from the plan on, inherited by the ranks, and rank 0
+serves torch.distributed's store from it; each rank picks its chip's port
+itself, from below the host's ephemeral range (where no outgoing connection
+or `bind(port 0)` lands by chance), checked free and tried again if taken,
+and the ranks agree on the list through the store before torch_tpu loads
+and reads it.
+
 A `ChipStack` says how a rank loads its backend, which device, process-group
 backend, mode switch and event it uses: `TORCH_TPU` on a TPU; the tests put a
 CPU device and gloo in its place (no TPU, and no CPU mode of torch_tpu, exist
@@ -27,11 +36,11 @@ from __future__ import annotations
 
 import datetime
 import os
+import random
 import socket
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -91,47 +100,81 @@ class ChipRun:
     generation: str
     chips: int
     mode: ExecutionMode
-    master_port: int
-    chip_ports: tuple[int, ...]  # one per chip: TorchTPU's slice builder on each
     xprof_session: str  # groups the ranks' profiles of this launch
+    rendezvous: socket.socket = field(repr=False)
+    """Bound and listening on this host from the plan on: rank 0 serves the ranks' store from it."""
+    master_port: int
+    """The rendezvous's port (MASTER_PORT)."""
 
     @classmethod
     def plan(cls, stack: ChipStack, generation: str, chips: int, mode: ExecutionMode) -> ChipRun:
-        """A run of `chips` processes, with ports free on this host now for the rendezvous and each chip.
+        """A run of `chips` processes, holding the rendezvous's port from now until rank 0 serves from it.
 
         Its profile session is new for each launch, as `set_tpu_launch_env` makes one, unless the notebook's
         environment names one (which that function never overwrites either).
         """
-        ports = free_ports(chips + 1)
         session = os.environ.get(XPROF_SESSION) or str(time.time_ns())
-        return cls(stack, generation, chips, mode, ports[0], tuple(ports[1:]), session)
+        rendezvous = listening_socket()
+        return cls(stack, generation, chips, mode, session, rendezvous, int(rendezvous.getsockname()[1]))
+
+    def release(self) -> None:
+        """Close this process's copy of the rendezvous's socket (the plan's process once the run is over; ranks but 0)."""
+        self.rendezvous.close()
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct TCP ports free on this host now (held open together, so none is given twice).
+def listening_socket() -> socket.socket:
+    """A TCP socket listening on a port the system chose, on every address (the ranks connect to 127.0.0.1)."""
+    listener = socket.socket()
+    listener.bind(("", 0))
+    listener.listen()
+    return listener
 
-    Bound on every address, as torch_tpu's launcher (portpicker) checks: the ranks listen on "localhost".
+
+def chip_port(rank: int = 0, chips: int = 1, attempts: int = 100) -> int:
+    """A TCP port free on this host now, for rank `rank`'s chip (torch_tpu's slice builder binds it inside libtpu).
+
+    No socket of ours can be handed to libtpu. So the port comes from below
+    the host's ephemeral range, where nothing takes it by chance in the
+    moment before (outgoing connections and `bind(port 0)` take ports only
+    from that range); a port something already holds is passed over; and
+    each rank picks from its own share of the range, so two never pick the same.
     """
-    with ExitStack() as held:
-        probes = [held.enter_context(socket.socket()) for _ in range(count)]
-        for probe in probes:
-            probe.bind(("", 0))
-        return [int(probe.getsockname()[1]) for probe in probes]
+    start = _ephemeral_ports_start()
+    share = (start - CHIP_PORTS_FROM) // chips
+    low = CHIP_PORTS_FROM + rank * share
+    for _ in range(attempts):
+        port = random.randrange(low, low + share)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("", port))
+            except OSError:
+                continue  # taken: try another
+            return port
+    raise RuntimeError(f"no free TCP port for chip {rank}'s slice builder in {attempts} tries between {low} and {low + share}")
 
 
-def rank_environment(run: ChipRun, rank: int) -> dict[str, str]:
+CHIP_PORTS_FROM = 20000  # above the well-known services' usual ports
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _ephemeral_ports_start() -> int:
+    try:
+        return max(int(EPHEMERAL_RANGE.read_text().split()[0]), CHIP_PORTS_FROM + 1000)
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def rank_environment(run: ChipRun, rank: int, chip_ports: tuple[int, ...]) -> dict[str, str]:
     """The variables rank `rank` sets before its runtime starts: its place in the world, the rendezvous, the host's chips.
 
+    `chip_ports`: every chip's slice-builder port, in rank order (the ranks agree on them: `agree_on_chip_ports`).
     One chip too: a world of one, which torch_tpu confines to its chip (the host's others stay free), except
     where torch_tpu knows no one-chip slice (v7x, whose chip is two devices): a plain process there, which
     torch_tpu gives the whole host.
     """
-    topology = TOPOLOGIES.get(run.generation, {}).get(run.chips)
-    if topology is None and run.chips == 1:
-        return {XPROF_SESSION: run.xprof_session}
+    topology = _topology(run)
     if topology is None:
-        counts = ", ".join(map(str, TOPOLOGIES.get(run.generation, {}))) or "none known to tpu_nb"
-        raise ValueError(f"TorchTPU runs {counts} processes on a TPU {run.generation} host, not {run.chips}")
+        return {XPROF_SESSION: run.xprof_session}
     return {
         "WORLD_SIZE": str(run.chips),
         "RANK": str(rank),
@@ -139,29 +182,63 @@ def rank_environment(run: ChipRun, rank: int) -> dict[str, str]:
         "LOCAL_WORLD_SIZE": str(run.chips),
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(run.master_port),
-        "TORCH_TPU_SLICEBUILDER_ADDRESSES": ",".join(f"localhost:{port}" for port in run.chip_ports),
+        "TORCH_TPU_SLICEBUILDER_ADDRESSES": ",".join(f"localhost:{port}" for port in chip_ports),
         "TORCH_TPU_TOPOLOGY": topology,
         XPROF_SESSION: run.xprof_session,
     }
 
 
-def place_rank(run: ChipRun, rank: int) -> None:
+def _topology(run: ChipRun) -> str | None:
+    """torch_tpu's TORCH_TPU_TOPOLOGY for this run; None for a plain one-chip process (v7x)."""
+    topology = TOPOLOGIES.get(run.generation, {}).get(run.chips)
+    if topology is None and run.chips > 1:
+        counts = ", ".join(map(str, TOPOLOGIES.get(run.generation, {}))) or "none known to tpu_nb"
+        raise ValueError(f"TorchTPU runs {counts} processes on a TPU {run.generation} host, not {run.chips}")
+    return topology
+
+
+def rendezvous_store(run: ChipRun, rank: int) -> Any:
+    """In rank `rank`: torch.distributed's store for the ranks, served by rank 0 from the run's socket."""
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]  # re-exported from torch._C, without __all__
+
+    if rank == 0:
+        # The store's server takes the socket's descriptor over (and closes it when done): ours lets go of it.
+        return TCPStore("127.0.0.1", run.master_port, run.chips, True, timeout=RENDEZVOUS_TIMEOUT, master_listen_fd=run.rendezvous.detach())
+    run.release()  # rank 0's to serve from
+    return TCPStore("127.0.0.1", run.master_port, run.chips, False, timeout=RENDEZVOUS_TIMEOUT)
+
+
+def agree_on_chip_ports(store: Any, rank: int, chips: int) -> tuple[int, ...]:
+    """Every chip's slice-builder port, in rank order: each rank picks its own and reads the others' from the store."""
+    store.set(f"tpu_nb/chip_port/{rank}", str(chip_port(rank, chips)))
+    keys = [f"tpu_nb/chip_port/{other}" for other in range(chips)]
+    store.wait(keys)
+    return tuple(int(store.get(key)) for key in keys)
+
+
+def place_rank(run: ChipRun, rank: int, chip_ports: tuple[int, ...]) -> None:
     """Give this process rank `rank`'s place among the host's chips: its variables set, an inherited placement removed."""
-    environment = rank_environment(run, rank)
+    environment = rank_environment(run, rank, chip_ports)
     for name in INHERITED_PLACEMENT:
         os.environ.pop(name, None)
     os.environ.update(environment)
 
 
 def start_rank(run: ChipRun, rank: int, trace_dir: Path | None = None) -> Any:
-    """In rank `rank`'s process: set its environment, load the stack, set the mode, join the others; its device.
+    """In rank `rank`'s process: meet the others, set its environment, load the stack, set the mode, join; its device.
 
     `trace_dir`: where torch_tpu traces what it compiles, for the doctor (TORCH_TRACE, read when it loads; a
     user's own TORCH_TRACE wins).
     """
     import torch
 
-    place_rank(run, rank)
+    if run.chips > 1:
+        store = rendezvous_store(run, rank)
+        chip_ports = agree_on_chip_ports(store, rank, run.chips)
+    else:
+        chip_ports = (chip_port(),)
+        run.release()  # no store for a world of one: MASTER_PORT is only named (the supervisor and kernel let go of it too)
+    place_rank(run, rank, chip_ports)  # before torch_tpu loads: its runtime reads them once, then
     if trace_dir is not None and "TORCH_TRACE" not in os.environ:
         os.environ["TORCH_TRACE"] = str(trace_dir)
         _restart_torch_trace()
@@ -170,7 +247,7 @@ def start_rank(run: ChipRun, rank: int, trace_dir: Path | None = None) -> Any:
     if run.chips > 1:
         import torch.distributed as dist
 
-        dist.init_process_group(run.stack.process_group, rank=rank, world_size=run.chips, timeout=RENDEZVOUS_TIMEOUT)
+        dist.init_process_group(run.stack.process_group, store=store, rank=rank, world_size=run.chips, timeout=RENDEZVOUS_TIMEOUT)
     return torch.device(run.stack.device)
 
 

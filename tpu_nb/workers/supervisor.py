@@ -27,6 +27,7 @@ from tpu_nb.wire.environment import WorkerEnvironment
 from tpu_nb.wire.results import SupervisorReport, save_imported_modules, save_report
 
 from . import worker
+from .chip_ranks import ChipRun
 from .output import capture_output
 
 _PR_SET_PDEATHSIG = 1
@@ -112,7 +113,7 @@ def spawn_workers(payload: worker.WorkerPayload) -> SupervisorReport:
 
 def _fork_and_wait(payload: worker.WorkerPayload) -> None:
     if payload.chips is not None:
-        _run_chip_workers(payload.chips.chips)
+        _run_chip_workers(payload.chips)
     elif payload.mesh is None:
         import torch_xla.distributed.xla_multiprocessing as xmp
 
@@ -160,16 +161,17 @@ def _run_spmd_worker() -> None:
         raise RuntimeError(f"the SPMD worker ended with exit code {process.exitcode}")
 
 
-def _run_chip_workers(chips: int) -> None:
+def _run_chip_workers(run: ChipRun) -> None:
     """TorchTPU: fork a process per chip (from this process, which never loaded torch_tpu) and wait for them.
 
     A rank that ends with an error ends the wait at once: the others would
     wait for it forever in their next collective (the kernel then ends them).
     """
     context = multiprocessing.get_context("fork")
-    processes = [context.Process(target=worker.run_chip_worker, args=(rank,), name=f"tpu_nb-chip-{rank}") for rank in range(chips)]
+    processes = [context.Process(target=worker.run_chip_worker, args=(rank,), name=f"tpu_nb-chip-{rank}") for rank in range(run.chips)]
     for process in processes:
         process.start()
+    run.release()  # the rendezvous's socket is the ranks' now (rank 0 serves from it)
     running = {process.sentinel: (rank, process) for rank, process in enumerate(processes)}
     while running:
         for sentinel in multiprocessing.connection.wait(list(running)):
