@@ -130,6 +130,10 @@ def listening_socket() -> socket.socket:
     return listener
 
 
+CHIP_PORTS_FROM = 20000  # above the well-known services' usual ports
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def chip_port(rank: int = 0, chips: int = 1, attempts: int = 100) -> int:
     """A TCP port free on this host now, for rank `rank`'s chip (torch_tpu's slice builder binds it inside libtpu).
 
@@ -151,10 +155,6 @@ def chip_port(rank: int = 0, chips: int = 1, attempts: int = 100) -> int:
                 continue  # taken: try another
             return port
     raise RuntimeError(f"no free TCP port for chip {rank}'s slice builder in {attempts} tries between {low} and {low + share}")
-
-
-CHIP_PORTS_FROM = 20000  # above the well-known services' usual ports
-EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
 def _ephemeral_ports_start() -> int:
