@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from tpu_nb.runtime.signals import send_group_signal
 from tpu_nb.runtime.system import installed_version
 from tpu_nb.runtime.versions import release, same_release
 from tpu_nb.wire.events import Notice
@@ -147,7 +148,7 @@ def _lead_process_group(run_dir: Path) -> bool:
 
 def _end_host() -> None:
     """The notebook stopped following (its gcloud ended with its kernel): end this host's run, every process of it."""
-    os.killpg(os.getpgrp(), signal.SIGTERM)
+    send_group_signal(os.getpgrp(), signal.SIGTERM)
 
 
 def _watch_requests(run_dir: Path, stop_request: StopRequest, writer: LineWriter) -> None:

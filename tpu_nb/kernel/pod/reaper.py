@@ -15,13 +15,14 @@ not it) with only the standard library, from this file.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
+
+from tpu_nb.runtime.signals import send_group_signal
 
 _END_GRACE = 3.0
 _COMMAND_TIMEOUT = 120.0
@@ -84,10 +85,7 @@ def main(argv: list[str]) -> int:
     # The pipe closed without "done": the kernel is gone, and its run with nobody to follow it.
     for signum in (signal.SIGTERM, signal.SIGKILL):
         for group in groups:
-            try:
-                os.killpg(group, signum)
-            except ProcessLookupError:
-                pass
+            send_group_signal(group, signum)  # only while a member runs: a group id is reused once its last member is gone
         if signum == signal.SIGTERM and groups:
             time.sleep(_END_GRACE)
     for command in orders["end"]:

@@ -8,13 +8,13 @@ it started.
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import signal
 import subprocess
 from collections.abc import Sequence
 
+from tpu_nb.runtime.signals import send_group_signal
 from tpu_nb.wire.limits import cap_text
 
 COMMAND_TIMEOUT = 120.0  # seconds: an ssh to every host of a slice, a kubectl call
@@ -68,10 +68,7 @@ def start(argv: Sequence[str]) -> subprocess.Popen[bytes]:
 def end(process: subprocess.Popen[bytes]) -> None:
     """End a started command and everything it started (its session's process group)."""
     for signum in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, signum)
-        except ProcessLookupError:
-            pass
+        send_group_signal(process.pid, signum)
         try:
             process.wait(END_GRACE)
             return
