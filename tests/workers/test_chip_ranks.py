@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import datetime
 import multiprocessing
 import os
 import random
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.torch_tpu_stand_in import STAND_IN
 
 from tpu_nb.workers import chip_ranks
-from tpu_nb.workers.chip_ranks import INHERITED_PLACEMENT, XPROF_SESSION, ChipRun, chip_port, rank_environment, start_rank
+from tpu_nb.workers.chip_ranks import INHERITED_PLACEMENT, XPROF_SESSION, ChipRun, chip_port, rank_environment, serve_rendezvous, start_rank
 
 # torch_tpu checks these when WORLD_SIZE is set (csrc/distributed/slicebuilder/discovery.cc, in this order).
 REQUIRED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCH_TPU_SLICEBUILDER_ADDRESSES", "TORCH_TPU_TOPOLOGY")
@@ -132,20 +135,61 @@ def test_ranks_meet_on_the_held_socket_and_agree_on_a_port_per_chip_passing_over
     with socket.socket() as first, socket.socket() as second:
         first.bind(("", lows[0]))
         second.bind(("", lows[1]))
-        fork = multiprocessing.get_context("fork")
-        seen: multiprocessing.Queue = fork.Queue()
-        ranks = [fork.Process(target=start_rank_and_sum, args=(rank, run, seen)) for rank in range(2)]
-        for rank in ranks:
-            rank.start()
-        run.release()  # as the supervisor does once it forked them
-        results = sorted(seen.get(timeout=120) for _ in ranks)
-        for rank in ranks:
-            rank.join(60)
-    assert [rank.exitcode for rank in ranks] == [0, 0]
+        seen: multiprocessing.Queue = multiprocessing.get_context("fork").Queue()
+        supervisor = supervise(run, start_rank_and_sum, seen)
+        results = sorted(seen.get(timeout=120) for _ in range(2))
+        supervisor.join(60)
+    assert supervisor.exitcode == 0  # every rank ended well
     assert {(port, addresses) for _, port, addresses, _ in results} == {
         (str(run.master_port), f"localhost:{lows[0] + 1},localhost:{lows[1] + 1}")
     }
     assert [total for *_, total in results] == [3.0, 3.0]
+
+
+def supervise(run: ChipRun, target: Any, seen: multiprocessing.Queue) -> multiprocessing.process.BaseProcess:
+    """What the supervisor does, in a process of its own: fork a rank per chip, serve their store, wait for them."""
+    fork = multiprocessing.get_context("fork")
+
+    def supervisor() -> None:
+        ranks = [fork.Process(target=target, args=(rank, run, seen)) for rank in range(run.chips)]
+        for rank in ranks:
+            rank.start()
+        store = serve_rendezvous(run)
+        for rank in ranks:
+            rank.join(120)
+        del store
+        os._exit(0 if all(rank.exitcode == 0 for rank in ranks) else 1)
+
+    process = fork.Process(target=supervisor)
+    process.start()
+    run.release()  # as the kernel does once it forked the supervisor
+    return process
+
+
+def start_rank_and_leave_at_once_or_read_the_store_after(rank: int, run: ChipRun, seen: multiprocessing.Queue) -> None:
+    """Rank 0 joins and ends at once; rank 1 joins, waits until rank 0 has ended, then reads rank 0's port from the store."""
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    start_rank(run, rank)
+    if rank == 0:
+        seen.put(os.getpid())
+        return  # ends the process (after the queue has sent the pid on)
+    first = seen.get(timeout=60)
+    while Path(f"/proc/{first}").exists():
+        time.sleep(0.05)
+    store = TCPStore("127.0.0.1", run.master_port, None, False, timeout=datetime.timedelta(seconds=30))
+    seen.put(("after rank 0 ended", int(store.get("tpu_nb/chip_port/0"))))
+
+
+def test_the_ranks_store_outlives_a_rank_whose_program_ended_first() -> None:
+    # Rank 0 serving it (torch's env:// start) took it with it while another rank was still joining, under load.
+    run = ChipRun.plan(STAND_IN, "v4", 2, "eager")
+    seen: multiprocessing.Queue = multiprocessing.get_context("fork").Queue()
+    supervisor = supervise(run, start_rank_and_leave_at_once_or_read_the_store_after, seen)
+    supervisor.join(120)
+    label, port = seen.get(timeout=5)
+    assert supervisor.exitcode == 0 and label == "after rank 0 ended"
+    assert chip_ranks.CHIP_PORTS_FROM <= port < chip_ranks._ephemeral_ports_start()
 
 
 def test_a_single_chip_rank_starts_without_a_process_group_in_its_mode(rank_environment_undone: None) -> None:

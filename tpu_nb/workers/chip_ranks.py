@@ -19,8 +19,9 @@ rest is not run on a TPU here.
 
 Ports are never probed in one process and bound seconds later in another
 (torch_tpu's launcher does that, with portpicker): the rendezvous's socket
-is bound and listening from the plan on, inherited by the ranks, and rank 0
-serves torch.distributed's store from it; each rank picks its chip's port
+is bound and listening from the plan on, and the supervisor serves
+torch.distributed's store from it once it forked the ranks (so the store
+outlives every rank); each rank picks its chip's port
 itself, from below the host's ephemeral range (where no outgoing connection
 or `bind(port 0)` lands by chance), checked free and tried again if taken,
 and the ranks agree on the list through the store before torch_tpu loads
@@ -102,13 +103,13 @@ class ChipRun:
     mode: ExecutionMode
     xprof_session: str  # groups the ranks' profiles of this launch
     rendezvous: socket.socket = field(repr=False)
-    """Bound and listening on this host from the plan on: rank 0 serves the ranks' store from it."""
+    """Bound and listening on this host from the plan on: the supervisor serves the ranks' store from it."""
     master_port: int
     """The rendezvous's port (MASTER_PORT)."""
 
     @classmethod
     def plan(cls, stack: ChipStack, generation: str, chips: int, mode: ExecutionMode) -> ChipRun:
-        """A run of `chips` processes, holding the rendezvous's port from now until rank 0 serves from it.
+        """A run of `chips` processes, holding the rendezvous's port from now until the supervisor serves from it.
 
         Its profile session is new for each launch, as `set_tpu_launch_env` makes one, unless the notebook's
         environment names one (which that function never overwrites either).
@@ -118,7 +119,7 @@ class ChipRun:
         return cls(stack, generation, chips, mode, session, rendezvous, int(rendezvous.getsockname()[1]))
 
     def release(self) -> None:
-        """Close this process's copy of the rendezvous's socket (the plan's process once the run is over; ranks but 0)."""
+        """Close this process's copy of the rendezvous's socket (the kernel once it forked the supervisor; each rank)."""
         self.rendezvous.close()
 
 
@@ -197,14 +198,28 @@ def _topology(run: ChipRun) -> str | None:
     return topology
 
 
-def rendezvous_store(run: ChipRun, rank: int) -> Any:
-    """In rank `rank`: torch.distributed's store for the ranks, served by rank 0 from the run's socket."""
+def serve_rendezvous(run: ChipRun) -> Any:
+    """In the supervisor, once it forked the ranks: torch.distributed's store for them, served from the run's socket.
+
+    Not in rank 0: a rank whose program ends first would take the store with
+    it while another still reads from it to join ("Connection reset by
+    peer", seen under load). The supervisor outlives every rank. Keep the
+    returned store referenced until they have all ended.
+    """
     from torch.distributed import TCPStore  # type: ignore[attr-defined]  # re-exported from torch._C, without __all__
 
-    if rank == 0:
-        # The store's server takes the socket's descriptor over (and closes it when done): ours lets go of it.
-        return TCPStore("127.0.0.1", run.master_port, run.chips, True, timeout=RENDEZVOUS_TIMEOUT, master_listen_fd=run.rendezvous.detach())
-    run.release()  # rank 0's to serve from
+    # The store's server takes the socket's descriptor over (and closes it when done): ours lets go of it.
+    listening = run.rendezvous.detach()
+    return TCPStore(
+        "127.0.0.1", run.master_port, None, True, timeout=RENDEZVOUS_TIMEOUT, wait_for_workers=False, master_listen_fd=listening
+    )
+
+
+def rendezvous_store(run: ChipRun) -> Any:
+    """In a rank: its connection to the ranks' store (the supervisor serves it)."""
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    run.release()  # the supervisor's to serve from
     return TCPStore("127.0.0.1", run.master_port, run.chips, False, timeout=RENDEZVOUS_TIMEOUT)
 
 
@@ -233,11 +248,11 @@ def start_rank(run: ChipRun, rank: int, trace_dir: Path | None = None) -> Any:
     import torch
 
     if run.chips > 1:
-        store = rendezvous_store(run, rank)
+        store = rendezvous_store(run)
         chip_ports = agree_on_chip_ports(store, rank, run.chips)
     else:
         chip_ports = (chip_port(),)
-        run.release()  # no store for a world of one: MASTER_PORT is only named (the supervisor and kernel let go of it too)
+        run.release()  # no store for a world of one: MASTER_PORT is only named (the supervisor lets go of it too)
     place_rank(run, rank, chip_ports)  # before torch_tpu loads: its runtime reads them once, then
     if trace_dir is not None and "TORCH_TRACE" not in os.environ:
         os.environ["TORCH_TRACE"] = str(trace_dir)

@@ -27,7 +27,7 @@ from tpu_nb.wire.environment import WorkerEnvironment
 from tpu_nb.wire.results import SupervisorReport, save_imported_modules, save_report
 
 from . import worker
-from .chip_ranks import ChipRun
+from .chip_ranks import ChipRun, serve_rendezvous
 from .output import capture_output
 
 _PR_SET_PDEATHSIG = 1
@@ -171,7 +171,10 @@ def _run_chip_workers(run: ChipRun) -> None:
     processes = [context.Process(target=worker.run_chip_worker, args=(rank,), name=f"tpu_nb-chip-{rank}") for rank in range(run.chips)]
     for process in processes:
         process.start()
-    run.release()  # the rendezvous's socket is the ranks' now (rank 0 serves from it)
+    # Served from here, after the fork (no store thread is copied into a rank), until every rank has ended.
+    store = serve_rendezvous(run) if run.chips > 1 else None
+    if store is None:
+        run.release()  # a world of one meets nobody
     running = {process.sentinel: (rank, process) for rank, process in enumerate(processes)}
     while running:
         for sentinel in multiprocessing.connection.wait(list(running)):
@@ -179,6 +182,7 @@ def _run_chip_workers(run: ChipRun) -> None:
             process.join()
             if process.exitcode != 0:
                 raise RuntimeError(f"rank {rank} (pid {process.pid}) ended with exit code {process.exitcode}")
+    del store  # every rank has ended: nobody reads from it any more
 
 
 def _become_worker() -> None:
