@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 from support.kernel import plain
-from support.processes import descendants, wait_until
+from support.processes import STARTUP, descendants, wait_until
 
 import tpu_nb
 from tpu_nb.kernel.errors import LaunchRefused, TrainingInterrupted, TrainingTimedOut, WorkerDied, WorkerError
@@ -97,7 +97,7 @@ def interrupt_when(ready: Callable[[], bool], delays: tuple[float, ...]) -> None
     main_pid = os.getpid()
 
     def send() -> None:
-        if wait_until(ready, timeout=120):
+        if wait_until(ready, timeout=STARTUP):
             for delay in delays:
                 time.sleep(delay)
                 os.kill(main_pid, signal.SIGINT)
@@ -126,8 +126,8 @@ def train_until_stopped(flag: str) -> int:
 def test_one_interrupt_stops_a_reporting_loop_at_a_step_boundary(tmp_path: Path) -> None:
     flag = tmp_path / "training"
     interrupt_when(flag.exists, (0.5,))
-    # The timeout only bounds the test: on a loaded machine, the interrupt above waits at most 120 s for the flag.
-    stopped_at = tpu_nb.launch(train_until_stopped, str(flag), timeout=240)
+    # The timeout only bounds the test: on a loaded machine, the interrupt above waits up to STARTUP for the flag.
+    stopped_at = tpu_nb.launch(train_until_stopped, str(flag), timeout=STARTUP + 60)
     assert stopped_at > 10  # it trained, then ended by itself at a step boundary
     assert not descendants(os.getpid())
 
@@ -155,7 +155,7 @@ def test_a_second_launch_while_one_runs_is_refused() -> None:
     refused: list[BaseException] = []
 
     def launch_again() -> None:
-        wait_until(lambda: bool(descendants(os.getpid())), timeout=30)
+        wait_until(lambda: bool(descendants(os.getpid())), timeout=STARTUP)
         try:
             tpu_nb.launch(xla_sum, 1.0)
         except LaunchRefused as error:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
-from support.processes import descendants, wait_until
+from support.processes import STARTUP, descendants, wait_until
 
 import tpu_nb
 from tpu_nb.kernel.errors import TrainingInterrupted, WorkerDied, WorkerError
@@ -140,7 +140,7 @@ def test_a_graceful_stop_stops_every_process_at_the_same_step_with_their_heartbe
     run = Run(FunctionProgram(train_in_step, (100_000, 0)), LaunchOptions(cores=4, progress=False, stop_grace=60), "stop", [events])
 
     def stop_once_every_rank_beats() -> None:
-        if wait_until(lambda: {event.rank for event in events.of(Heartbeat) if (event.step or 0) >= 3} == {0, 1, 2, 3}, 120):
+        if wait_until(lambda: {event.rank for event in events.of(Heartbeat) if (event.step or 0) >= 3} == {0, 1, 2, 3}, STARTUP):
             run.request_stop()
 
     threading.Thread(target=stop_once_every_rank_beats).start()
@@ -180,7 +180,7 @@ xm.rendezvous("never complete")
     interrupted = []
 
     def interrupt_twice() -> None:
-        if wait_until(lambda: len(descendants(os.getpid())) >= 5, 120):  # the supervisor and its 4 workers
+        if wait_until(lambda: len(descendants(os.getpid())) >= 5, STARTUP):  # the supervisor and its 4 workers
             for _ in range(2):
                 __import__("time").sleep(2)
                 signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from support.kernel import plain
 from support.platforms import MakeSystem
-from support.processes import descendants, wait_until
+from support.processes import STARTUP, descendants, wait_until
 from support.torch_tpu_stand_in import install
 
 import tpu_nb
@@ -131,7 +131,7 @@ def test_a_graceful_stop_stops_every_chips_process_at_one_step(torch_tpu: None) 
     run = Run(FunctionProgram(train_with_ddp, (100_000, 0.02)), LaunchOptions(progress=False, stop_grace=60), "stop", [events])
 
     def stop_once_every_rank_beats() -> None:
-        if wait_until(lambda: {event.rank for event in events.of(Heartbeat) if (event.step or 0) >= 3} == {0, 1, 2, 3}, 120):
+        if wait_until(lambda: {event.rank for event in events.of(Heartbeat) if (event.step or 0) >= 3} == {0, 1, 2, 3}, STARTUP):
             run.request_stop()
 
     threading.Thread(target=stop_once_every_rank_beats).start()
@@ -282,7 +282,7 @@ def test_kill_ends_ranks_waiting_in_a_collective(torch_tpu: None) -> None:
     run = Run(FunctionProgram(wait_in_a_barrier_for_a_rank_that_never_comes, ()), LaunchOptions(progress=False), "kill", [events])
 
     def kill_once_every_rank_started() -> None:
-        if wait_until(lambda: len(events.of(WorkerStarted)) == 4, 60):
+        if wait_until(lambda: len(events.of(WorkerStarted)) == 4, STARTUP):
             time.sleep(1)
             run.request_kill()
 

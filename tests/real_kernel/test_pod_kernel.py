@@ -16,7 +16,7 @@ from nbclient import NotebookClient
 from nbclient.util import run_sync
 from support.kernel import Kernel, errors_of, shown, text_of
 from support.pods import SimulatedSlice, simulate_gke, simulate_slice
-from support.processes import wait_until
+from support.processes import STARTUP, wait_until
 
 PREPARE = """%%tpu_prepare
 import os
@@ -113,7 +113,7 @@ def test_a_kernel_killed_during_a_pod_run_ends_it_on_every_host_and_the_next_lau
     pod_kernel.run("%load_ext tpu_nb", allow_errors=False)
     pod_kernel.run(PREPARE, allow_errors=False)
     pod_kernel.run(TRAIN_IN_BACKGROUND, allow_errors=False)
-    assert wait_until(lambda: "training" in text_of(pod_kernel.run("print(job.status, len(job.metrics) > 2 and 'training')")), 120)
+    assert wait_until(lambda: "training" in text_of(pod_kernel.run("print(job.status, len(job.metrics) > 2 and 'training')")), STARTUP)
     assert len([command for command in pod.live_processes() if "train.py" in command]) >= 2  # every host trains
     ours = reapers(pod_kernel.pid)
     assert ours
@@ -140,8 +140,8 @@ def test_a_kernel_restarted_during_a_gke_run_deletes_its_jobset(tmp_path: Path, 
         kernel.run(PREPARE, allow_errors=False)
         gke = f"--pod tiny --image example.com/xla --accelerator v4-16 --run-dir file://{tmp_path}/bucket --background --name job"
         kernel.run(TRAIN_IN_BACKGROUND.replace("--pod my-slice --background --name job", gke).replace('os.environ["TPU_WORKER_ID"]', "0"))
-        assert wait_until(lambda: any(name.startswith("jobset-") for name in cluster.objects()), 120), cluster.objects()
-        assert wait_until(lambda: "True" in text_of(kernel.run("print(len(job.metrics) > 2)")), 120)
+        assert wait_until(lambda: any(name.startswith("jobset-") for name in cluster.objects()), STARTUP), cluster.objects()
+        assert wait_until(lambda: "True" in text_of(kernel.run("print(len(job.metrics) > 2)")), STARTUP)
         ours = reapers(kernel.pid)
         assert ours
         run_sync(client.km.restart_kernel)(now=False)  # what Jupyter's "Restart kernel" does

@@ -8,7 +8,7 @@ import time
 
 import pytest
 from support.kernel import Kernel, errors_of, text_of
-from support.processes import descendants, wait_until
+from support.processes import STARTUP, descendants, wait_until
 from test_dashboard_kernel import TRAINER_SETUP, widgets
 
 LOOP_SETUP = """
@@ -144,7 +144,7 @@ def test_background_stop_and_the_stop_button_each_stop_gracefully(kernel: Kernel
             allow_errors=False,
         )
         kernel.run(BACKGROUND, allow_errors=False)
-        assert wait_until(lambda: "True" in text_of(kernel.run("print(len(job.metrics) > 3)")), timeout=60)
+        assert wait_until(lambda: "True" in text_of(kernel.run("print(len(job.metrics) > 3)")), timeout=STARTUP)
         kernel.run(how, allow_errors=False)
         result = kernel.run("print(job.wait(60), job.status)", timeout=90)
         value, status = text_of(result).split()
@@ -159,7 +159,7 @@ def test_kernel_shutdown_ends_a_background_run(kernel: Kernel) -> None:
     kernel.run("%load_ext tpu_nb", allow_errors=False)
     kernel.run(LOOP_SETUP + "\nSTEPS = 100000", allow_errors=False)
     kernel.run(BACKGROUND, allow_errors=False)
-    assert wait_until(lambda: len(descendants(kernel.pid)) >= 2, timeout=60)
+    assert wait_until(lambda: len(descendants(kernel.pid)) >= 2, timeout=STARTUP)
     workers = descendants(kernel.pid)
     os.kill(kernel.pid, signal.SIGTERM)  # what a kernel shutdown or restart ends with
     assert wait_until(lambda: not [pid for pid in workers if _alive(pid)], timeout=15), workers
@@ -187,7 +187,7 @@ def test_launch_in_the_background_gets_the_same_buttons_and_output_area(kernel: 
     assert "<tpu_nb run 'train': running>" in text_of(started)
     buttons = {state["description"]: state for state in widgets(kernel, "ButtonModel")}
     assert set(buttons) == {"Stop", "Kill", "Where are they?"} and not buttons["Stop"]["disabled"]
-    assert wait_until(lambda: "True" in text_of(kernel.run("print(len(handle.metrics) > 3)")), timeout=60)
+    assert wait_until(lambda: "True" in text_of(kernel.run("print(len(handle.metrics) > 3)")), timeout=STARTUP)
     kernel.run(
         "where = [w for w in __import__('ipywidgets').Widget.widgets.values() if getattr(w, 'description', '') == 'Where are they?']\n"
         "where[-1].click()"

@@ -6,6 +6,11 @@ import os
 import time
 from collections.abc import Callable
 
+# How long a test waits for a run to start (workers forked, torch_xla imported, the first steps compiled) before it
+# calls the run hung. A hang guard, never an expected duration: in CI on a contended 2-core machine a pod run's two
+# simulated hosts took more than 60 s to report their third step, so a guard that short failed a healthy run.
+STARTUP = 600.0
+
 
 def descendants(pid: int) -> list[int]:
     """Live (non-zombie) processes below `pid`, from /proc."""

@@ -22,7 +22,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from support.pods import SimulatedSlice, simulate_slice
-from support.processes import wait_until
+from support.processes import STARTUP, wait_until
 
 from tpu_nb.kernel.errors import LaunchRefused, TrainingInterrupted, WorkerError
 from tpu_nb.kernel.options import LaunchOptions
@@ -306,7 +306,8 @@ def test_a_background_pod_run_leaves_the_notebook_free_and_stops_on_every_host(i
         assert result.success, result.error_in_exec
         job = ip.user_ns["job"]
         assert job.status == "running"
-        assert wait_until(lambda: len(job.metrics) >= 3, 60), job.status
+        wait_until(lambda: len(job.metrics) >= 3 or job.status != "running", STARTUP)
+        assert len(job.metrics) >= 3, job.status
         job.stop()
         job.wait(120)
     assert job.status == "stopped"

@@ -16,7 +16,7 @@ import yaml
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from support.pods import SimulatedCluster, simulate_gke
-from support.processes import wait_until
+from support.processes import STARTUP, wait_until
 
 from tpu_nb.kernel.errors import LaunchRefused, TrainingInterrupted
 
@@ -189,7 +189,9 @@ def test_an_apply_that_is_interrupted_leaves_nothing_in_the_cluster(
 ) -> None:
     monkeypatch.setenv("FAKE_KUBECTL_APPLY", "hang")  # the ConfigMap is created, then kubectl hangs
     interrupt_when_applying = threading.Thread(
-        target=lambda: wait_until(lambda: cluster.objects() != [], 60) and signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        target=lambda: (
+            wait_until(lambda: cluster.objects() != [], STARTUP) and signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        )
     )
     interrupt_when_applying.start()
     with capture_output():
