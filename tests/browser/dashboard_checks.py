@@ -17,11 +17,12 @@ AA_CONTRAST = 4.5
 
 
 def the_summary(outputs: Locator, page: Page) -> Locator:
-    """The one run summary among `outputs`, with no dashboard widget left beside it."""
+    """The one run summary among `outputs`, with no dashboard widget left beside it, of a run that did all its steps."""
     summary = outputs.locator(".tpu-nb-summary")
     expect(summary, "the %%tpu_train cell shows exactly one summary of the run").to_have_count(1, timeout=60_000)
     expect(outputs.locator(".widget-hprogress"), "the live dashboard was replaced, not kept").to_have_count(0)
     expect(summary.locator(".tpu-nb-pill").first).to_have_text("done")
+    expect(summary.locator("p").first).to_contain_text(re.compile(r"step (\d+)/\1 \(100%\)"))
     return summary
 
 
@@ -53,13 +54,13 @@ def assert_text_contrast(summary: Locator) -> float:
 
 
 def assert_model_learned(outputs: Locator) -> None:
-    """Among the notebook's `outputs`, one "accuracy before: X, after: Y" line shows Y > X."""
+    """Among the notebook's `outputs`, one "accuracy before: X, after: Y" line shows Y > X + 0.3 (0.49 -> 1.00 measured)."""
     line = outputs.filter(has_text=ACCURACY_LINE)
     expect(line).to_have_count(1)
     match = ACCURACY_LINE.search(line.inner_text())
     assert match is not None
     before, after = float(match[1]), float(match[2])
-    assert after > before, f"accuracy did not improve: before {before}, after {after}"
+    assert after > before + 0.3, f"accuracy did not improve enough: before {before}, after {after}"
 
 
 # The computed text colour of the summary and the first opaque background

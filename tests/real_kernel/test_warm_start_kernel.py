@@ -1,7 +1,7 @@
 """A kernel kept warm between runs, and left as the user had it: no torch_xla, no runtime, no new threads, the same settings;
 the cell after a run imports what it likes.
 
-(Twenty interrupt cycles leaving nothing: test_process_per_device_kernel.py, with a process per device.)
+(Interrupt cycles leaving nothing: test_process_per_device_kernel.py, with a process per device.)
 """
 
 from __future__ import annotations

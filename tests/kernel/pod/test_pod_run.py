@@ -71,7 +71,9 @@ def run_cell(shell: InteractiveShell, cell: str):  # type: ignore[no-untyped-def
     return result, captured
 
 
-def test_a_pod_run_copies_starts_and_returns_like_a_local_run(ip: InteractiveShell, pod: SimulatedSlice) -> None:
+def test_a_pod_run_copies_starts_and_returns_like_a_local_run_in_private_directories(
+    ip: InteractiveShell, pod: SimulatedSlice, tmp_path: Path
+) -> None:
     result, _ = run_cell(ip, "%%tpu_prepare\n" + PREPARE)
     assert result.success
     before = ip.user_ns["model"].weight.detach().clone()
@@ -98,6 +100,14 @@ def test_a_pod_run_copies_starts_and_returns_like_a_local_run(ip: InteractiveShe
     assert any("scp" in call and "--worker=0" in call and f"my-slice:tpu_nb_runs/{run_name}/results" in call for call in calls)
     assert copy
     assert pod.live_processes() == []
+    # Private here and on the hosts: a run directory holds the prepared cells (tokens among them).
+    [run_dir] = (tmp_path / "tpu_nb_pod_runs").iterdir()
+    for path in (tmp_path / "tpu_nb_pod_runs", run_dir, run_dir / "tpu_nb"):
+        assert path.stat().st_mode & 0o777 == 0o700, path
+    for path in (run_dir / "train.py", run_dir / "manifest.json", run_dir / "tpu_nb" / "__init__.py"):
+        assert path.stat().st_mode & 0o777 == 0o600, path
+    for host in range(pod.hosts):
+        assert (pod.home(host) / "tpu_nb_runs").stat().st_mode & 0o777 == 0o700
 
 
 class Events:
@@ -237,21 +247,6 @@ def test_kill_ends_every_host_at_once(pod: SimulatedSlice, tmp_path: Path) -> No
     assert wait_until(lambda: pod.live_processes() == [], 10), pod.live_processes()
 
 
-def test_hosts_that_cannot_tell_their_number_still_get_a_row_each(
-    pod: SimulatedSlice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("FAKE_GCLOUD_NO_WORKER_ID", "1")  # every host says it is host 0
-    events = Events()
-    run = start_run(pod, tmp_path, TRAIN.format(steps=5, pause=0, failing_host="none").replace('os.environ["TPU_WORKER_ID"]', '""'), events)
-    try:
-        follow(run)
-        ending = run.finish()
-    finally:
-        run.close()
-    assert ending.status == "done", ending.text
-    assert {event.rank for event in events.of(WorkerStarted)} == {0, 1}
-
-
 def test_hosts_that_never_start_fail_the_run_with_what_gcloud_said(pod: SimulatedSlice, tmp_path: Path) -> None:
     run = start_run(pod, tmp_path, "1", Events(), python="no-such-python")
     try:
@@ -348,7 +343,10 @@ for step in range(3):
 """
 
 
-def test_hosts_that_print_anything_cannot_break_the_run(pod: SimulatedSlice, tmp_path: Path) -> None:
+def test_hosts_that_print_anything_or_cannot_tell_their_number_still_get_a_row_each_and_cannot_break_the_run(
+    pod: SimulatedSlice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_GCLOUD_NO_WORKER_ID", "1")  # every host says it is host 0
     events = Events()
     shown: list[str] = []
     run = start_run(pod, tmp_path, MESSY, events, write=lambda stream, text: shown.append(text))  # what the cell shows
@@ -358,6 +356,7 @@ def test_hosts_that_print_anything_cannot_break_the_run(pod: SimulatedSlice, tmp
     finally:
         run.close()
     assert ending.status == "done", ending.text
+    assert {event.rank for event in events.of(WorkerStarted)} == {0, 1}  # a row each
     assert ending.results[0].value == "done"
     text = "".join(shown)
     # Rank 0's print, whole, put together from its pieces; host 1's lines that only look like events may come in between.
@@ -403,19 +402,6 @@ def test_a_hostile_or_bad_pod_name_is_refused_before_anything_is_written(
     assert "a TPU VM's name is 1 to 63 lower-case letters, digits and '-'" in str(result.error_in_exec)
     assert not (tmp_path / "tpu_nb_pod_runs").exists() and not (tmp_path / "pwned").exists()
     assert pod.calls() == []  # not even a check ran
-
-
-def test_run_directories_are_private_here_and_on_the_hosts(ip: InteractiveShell, pod: SimulatedSlice, tmp_path: Path) -> None:
-    result, _ = run_cell(ip, "%%tpu_prepare\nTOKEN = 'hf_secret'")
-    result, _ = run_cell(ip, "%%tpu_train --pod my-slice --no-progress\nlen(TOKEN)")
-    assert result.success and result.result == 9, result.error_in_exec
-    [run_dir] = (tmp_path / "tpu_nb_pod_runs").iterdir()
-    for path in (tmp_path / "tpu_nb_pod_runs", run_dir, run_dir / "tpu_nb"):
-        assert path.stat().st_mode & 0o777 == 0o700, path
-    for path in (run_dir / "train.py", run_dir / "manifest.json", run_dir / "tpu_nb" / "__init__.py"):
-        assert path.stat().st_mode & 0o777 == 0o600, path
-    for host in range(pod.hosts):
-        assert (pod.home(host) / "tpu_nb_runs").stat().st_mode & 0o777 == 0o700
 
 
 def test_a_gs_run_leaves_no_local_copy(ip: InteractiveShell, pod: SimulatedSlice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
