@@ -78,6 +78,7 @@ def uv_install(image: str, *args: str) -> None:
     """`uv pip install ARGS` into the image's venv, inside the Debian 13 tree for the images that live there."""
     command = [str(DEV_VENV / "bin" / "uv"), "pip", "install", "--quiet", "--python", str(venv(image) / "bin" / "python")]
     command += ["--index-strategy", "unsafe-best-match"]  # the best version from any source, as pip picks
+    command += ["--compile-bytecode"]  # as pip does and the images have: see the Makefile's install target
     if image in DEBIAN13:  # the tree has none of this machine's local sources (nor its pip config): PyPI alone
         command = [sys.executable, str(REPO / "scripts" / "debian13.py"), "run", "--", *command, *args]
     else:
