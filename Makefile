@@ -35,13 +35,19 @@ demo: install
 # run (accuracy up by more than 0.3, every step done): the headless run is not repeated (36 CPU-seconds).
 QUICKSTART_IN_BROWSER := $(if $(wildcard /usr/lib/chromium/chromium),--deselect tests/notebooks/test_notebooks.py::test_quickstart)
 
+# Python writes bytecode during the tests, even where PYTHONDONTWRITEBYTECODE=1 is set (this machine and CI set it):
+# else every process compiles tpu_nb's and the tests' sources again (each kernel, simulated pod host and tutorial),
+# and every xdist worker rewrites the asserts of every test module, about 6 CPU-seconds each (measured with cProfile).
+# The files go to __pycache__ (.gitignore), as a user's own runs write them.
+TEST_ENV := PJRT_DEVICE=CPU PYTHONDONTWRITEBYTECODE=
+
 # Lint, types and the import contract between the rooms (setup.cfg) first: seconds.
 test: install
 	$(BIN)/ruff check tpu_nb tests scripts benchmarks
 	$(BIN)/ruff format --check tpu_nb tests scripts benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	PJRT_DEVICE=CPU $(BIN)/python -m pytest $(PARALLEL) $(QUICKSTART_IN_BROWSER)
+	$(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) $(QUICKSTART_IN_BROWSER)
 
 # Colab's and Kaggle's TPU images (compat/*-tpu.txt): each gets a venv with
 # the image's packages, tpu_nb installed as users install it (pip must change
@@ -84,7 +90,7 @@ test-compat: $(IMAGE_TESTS) test-torch-tpu
 $(IMAGE_TESTS): test-image-%: install .venv-%/.image-installed
 	$(PYTHON) scripts/compat_env.py install $*
 	mkdir -p build/compat-$*
-	cd build/compat-$* && PJRT_DEVICE=CPU TORCH_WARM_POOL=0 ../../.venv-$*/run-python -P -m pytest -c ../../setup.cfg \
+	cd build/compat-$* && $(TEST_ENV) TORCH_WARM_POOL=0 ../../.venv-$*/run-python -P -m pytest -c ../../setup.cfg \
 		--rootdir ../.. $(PARALLEL) ../../tests $(addprefix --ignore=../../,$(NOT_IN_IMAGES) $(NOT_IN_$*))
 
 # TorchTPU (torch_tpu 0.2.0, torch 2.14.1, libtpu 0.0.52: compat/torch-tpu-tpu.txt), which no hosted

@@ -14,12 +14,22 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from support.platforms import fake_torch_xla, make_system  # noqa: F401 - fixtures for every test
 
-# pytest's process stands for a notebook's kernel after its first run: tpu_nb.kernel.warm_imports leaves
-# there torch's compiler stack, which torch_xla imports at its top (never torch_xla itself). Each fork of a
-# test then imports torch_xla in about 0.3 CPU-seconds instead of 4 (measured). The cold first run is what
-# every test in tests/real_kernel and tests/notebooks starts: each runs in a new kernel.
-for compiler_module in ("torch._dynamo", "torch._inductor.lowering", "torch._inductor.fx_passes.post_grad", "functorch.compile"):
-    importlib.import_module(compiler_module)
+
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest's process stands for a notebook's kernel after its first run, where tests run.
+
+    tpu_nb.kernel.warm_imports leaves there torch's compiler stack, which
+    torch_xla imports at its top (never torch_xla itself). Each fork of a test
+    then imports torch_xla in about 0.3 CPU-seconds instead of 4 (measured).
+    The cold first run is what every test in tests/real_kernel and
+    tests/notebooks starts: each runs in a new kernel. pytest-xdist's
+    controller runs no test, so it imports none of it (4 CPU-seconds).
+    """
+    if getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput"):
+        return
+    for compiler_module in ("torch._dynamo", "torch._inductor.lowering", "torch._inductor.fx_passes.post_grad", "functorch.compile"):
+        importlib.import_module(compiler_module)
+
 
 # tests/torch_tpu_env runs only inside the TorchTPU environment (torch 2.14.1 + torch_tpu, no torch_xla):
 # `make test-torch-tpu` builds .venv-torch-tpu and runs pytest there on that directory alone, with

@@ -9,8 +9,10 @@ tpu_nb loaded or not, no run or process left (the tests check that
 themselves). A test that leaves the kernel dead or with processes under it
 hands the next test a restarted kernel, so one failure does not become
 several. A test marked `fresh_kernel` gets a kernel of its own: one that
-checks a new kernel's state, or changes what every later run would see
-(os.fork, the multiprocessing start method).
+checks a new kernel's state, ends its kernel, or changes what every later
+run would see and cannot put it back (a process world installed). A test
+that changes something it can put back (os.fork, the multiprocessing start
+method) does so at its end instead.
 """
 
 from __future__ import annotations

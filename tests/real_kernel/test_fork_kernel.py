@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sys
 
-import pytest
 from support.kernel import Kernel, errors_of, text_of
 
 THREADS = """
@@ -56,18 +55,24 @@ def test_tpu_nb_forks_a_kernel_full_of_threads_without_a_warning_while_a_users_f
     assert f"user's fork warned: {sys.version_info >= (3, 12)}" in own, own
 
 
-@pytest.mark.fresh_kernel
 def test_tpu_nb_asks_for_fork_under_the_forkserver_default_of_python_3_14(kernel: Kernel) -> None:
     kernel.run("%load_ext tpu_nb", allow_errors=False)
-    kernel.run("import multiprocessing\nmultiprocessing.set_start_method('forkserver', force=True)", allow_errors=False)
-    kernel.run("values = [1, 2, 3]  # defined in the notebook: only a fork carries it to the workers", allow_errors=False)
-    trained = kernel.run("%%tpu_train --no-progress\nsum(values) + world_size")
-    assert "7" in text_of(trained) and not errors_of(trained), text_of(trained)
-    spmd = kernel.run("%%tpu_train --spmd --cores 2 --no-progress\nsum(values) + world_size")
-    assert "8" in text_of(spmd) and not errors_of(spmd), text_of(spmd)
-    background = kernel.run("%%tpu_train --background --name job --no-progress\nsum(values)")
-    assert not errors_of(background), text_of(background)
-    assert "6" in text_of(kernel.run("print(job.wait(120))", allow_errors=False))
+    kernel.run(
+        "import multiprocessing\nas_it_was = multiprocessing.get_start_method(allow_none=True)\n"
+        "multiprocessing.set_start_method('forkserver', force=True)",
+        allow_errors=False,
+    )
+    try:
+        kernel.run("values = [1, 2, 3]  # defined in the notebook: only a fork carries it to the workers", allow_errors=False)
+        trained = kernel.run("%%tpu_train --no-progress\nsum(values) + world_size")
+        assert "7" in text_of(trained) and not errors_of(trained), text_of(trained)
+        spmd = kernel.run("%%tpu_train --spmd --cores 2 --no-progress\nsum(values) + world_size")
+        assert "8" in text_of(spmd) and not errors_of(spmd), text_of(spmd)
+        background = kernel.run("%%tpu_train --background --name job --no-progress\nsum(values)")
+        assert not errors_of(background), text_of(background)
+        assert "6" in text_of(kernel.run("print(job.wait(120))", allow_errors=False))
+    finally:  # for the module's next test in this kernel
+        kernel.run("multiprocessing.set_start_method(as_it_was, force=True)", allow_errors=False)
 
 
 PARALLEL_CPU_OP = """

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from support.kernel import Kernel, errors_of, plain, shown, text_of
 from support.processes import descendants
 from support.tracebacks import arrow_line, cell_frame_header
@@ -62,27 +61,31 @@ def test_a_failing_worker_fails_the_cell_with_its_traceback(kernel: Kernel) -> N
     assert "42" in text_of(again)
 
 
-@pytest.mark.fresh_kernel
 def test_python_3_12s_fork_warning_is_not_shown(kernel: Kernel) -> None:
     # Every kernel is multi-threaded: on Python 3.12+ each fork warns. Simulated
-    # here (Python 3.11), for a user who turned every warning on.
+    # here (Python 3.11), for a user who turned every warning on; os.fork and the
+    # filters are put back at the end, for the module's next test in this kernel.
     kernel.run(
         f"import os, sys, warnings\nsys.path.insert(0, {TESTS!r})\n"
         "from support.forks import fork_that_warns\n"
+        "as_they_were = os.fork, warnings.filters[:]\n"
         "warnings.simplefilter('always')\n"
         "os.fork = fork_that_warns(os.fork)\n"
         "%load_ext tpu_nb",
         allow_errors=False,
     )
-    first = kernel.run("%%tpu_train --no-progress\nprint('trained', rank)", allow_errors=False)
-    second = kernel.run("%%tpu_train --no-progress\nprint('trained', rank)", allow_errors=False)
-    for cell in (first, second):
-        # Only the cell's own line; on Python 3.12+, a kernel whose user turned every warning on also shows
-        # jupyter_client 7's own warnings (datetime.utcnow, on Colab's image): not tpu_nb's.
-        assert shown(cell).count("trained 0\n") == 1 and "use of fork()" not in shown(cell), shown(cell)
-        assert all(
-            "jupyter_client" in line or line.strip().startswith("return datetime")
-            for line in shown(cell).replace("trained 0\n", "").splitlines()
-        ), shown(cell)
-    kernel.run("warnings.warn('the user still sees their own warnings')", allow_errors=False)
-    assert "the user still sees their own warnings" in shown(kernel.notebook.cells[-1])
+    try:
+        first = kernel.run("%%tpu_train --no-progress\nprint('trained', rank)", allow_errors=False)
+        second = kernel.run("%%tpu_train --no-progress\nprint('trained', rank)", allow_errors=False)
+        for cell in (first, second):
+            # Only the cell's own line; on Python 3.12+, a kernel whose user turned every warning on also shows
+            # jupyter_client 7's own warnings (datetime.utcnow, on Colab's image): not tpu_nb's.
+            assert shown(cell).count("trained 0\n") == 1 and "use of fork()" not in shown(cell), shown(cell)
+            assert all(
+                "jupyter_client" in line or line.strip().startswith("return datetime")
+                for line in shown(cell).replace("trained 0\n", "").splitlines()
+            ), shown(cell)
+        kernel.run("warnings.warn('the user still sees their own warnings')", allow_errors=False)
+        assert "the user still sees their own warnings" in shown(kernel.notebook.cells[-1])
+    finally:
+        kernel.run("os.fork, warnings.filters[:] = as_they_were", allow_errors=False)

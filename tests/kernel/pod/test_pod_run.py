@@ -65,6 +65,14 @@ def pod(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> SimulatedSlice:
     return simulated
 
 
+@pytest.fixture
+def one_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> SimulatedSlice:
+    """A TPU VM of one host (a v4-8): for what a pod run does the same whatever its number of hosts."""
+    simulated = simulate_slice(monkeypatch, tmp_path / "slice", accelerator="v4-8", hosts=1)
+    monkeypatch.chdir(tmp_path)
+    return simulated
+
+
 def run_cell(shell: InteractiveShell, cell: str):  # type: ignore[no-untyped-def]
     with capture_output() as captured:
         result = shell.run_cell(cell)
@@ -133,7 +141,9 @@ def start_run(
     cells = (Cell("In [1]", "%%tpu_prepare", PREPARE),), Cell("In [2]", "%%tpu_train --pod my-slice", train)
     program = PodProgram(*cells, ("model",)) if watchdog is None else PodProgram(*cells, ("model",), watchdog=watchdog)
     vm = TpuVmSlice(pod.name, python=python)
-    run_dir = write_run_directory(program, tmp_path / "runs" / "run-1", "run-1", hosts=2, devices=8)
+    run_dir = write_run_directory(
+        program, tmp_path / "runs" / "run-1", "run-1", hosts=pod.hosts, devices=4 * pod.hosts
+    )  # v4: 4 chips a host
     TpuVmSlice(pod.name).host_versions()  # makes ~/tpu_nb_runs on each host, as the preflight does
     run = PodRun(vm, run_dir, LaunchOptions(progress=False, stop_grace=5.0), "test", write=write, observers=[events])
     run.start()
@@ -272,7 +282,7 @@ def test_refused_before_anything_starts(ip: InteractiveShell, pod: SimulatedSlic
     assert isinstance(result.error_in_exec, UsageError) and "--cores" in str(result.error_in_exec)
 
 
-def test_pod_launch_runs_a_function_after_the_prepared_cells(ip: InteractiveShell, pod: SimulatedSlice) -> None:
+def test_pod_launch_runs_a_function_after_the_prepared_cells(ip: InteractiveShell, one_host: SimulatedSlice) -> None:
     with capture_output():
         assert ip.run_cell("%%tpu_prepare\n" + PREPARE).success
         result = ip.run_cell(
@@ -289,7 +299,7 @@ def test_pod_launch_runs_a_function_after_the_prepared_cells(ip: InteractiveShel
     assert isinstance(result.result.value, float)
     weights = result.result.returned["model"]
     assert set(weights) == {"weight", "bias"} and isinstance(weights["weight"], torch.Tensor)
-    assert pod.live_processes() == []
+    assert one_host.live_processes() == []
 
 
 def test_a_background_pod_run_leaves_the_notebook_free_and_stops_on_every_host(ip: InteractiveShell, pod: SimulatedSlice) -> None:
@@ -404,7 +414,9 @@ def test_a_hostile_or_bad_pod_name_is_refused_before_anything_is_written(
     assert pod.calls() == []  # not even a check ran
 
 
-def test_a_gs_run_leaves_no_local_copy(ip: InteractiveShell, pod: SimulatedSlice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gs_run_leaves_no_local_copy(
+    ip: InteractiveShell, one_host: SimulatedSlice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A temporary directory of this test's own: other tests' pod runs (other xdist workers) make theirs meanwhile.
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
@@ -425,9 +437,9 @@ def test_a_host_that_answers_the_checks_with_garbage_is_refused_in_one_message(
     assert "checking the slice failed: Expecting value" in str(result.error_in_exec)
 
 
-def test_a_host_that_dies_after_a_20_mb_line_fails_the_run_with_a_short_message(pod: SimulatedSlice, tmp_path: Path) -> None:
+def test_a_host_that_dies_after_a_20_mb_line_fails_the_run_with_a_short_message(one_host: SimulatedSlice, tmp_path: Path) -> None:
     dying = 'import os, signal\nos.write(2, b"y" * 20_000_000 + b" last words\\n")\nos.kill(os.getppid(), signal.SIGKILL)  # the host\'s train.py'
-    run = start_run(pod, tmp_path, dying, Events())
+    run = start_run(one_host, tmp_path, dying, Events())
     try:
         follow(run)
         ending = run.finish()
