@@ -8,7 +8,8 @@ STAMP := $(VENV)/.tpu_nb-installed
 
 # Tests run side by side in this many pytest-xdist workers: many tests wait (on kernels starting, forked workers, sleeps
 # that stand for a TPU's long steps), so three keep a 2-core machine busier than two (make test: 14m04s, was 16m34s with
-# two, measured); `make test TEST_WORKERS=0` runs them one after another in one process. Work stealing: a worker that
+# two, measured); four were no faster than three (pytest 635.7 s against about 637 on 0f176fe). `make test
+# TEST_WORKERS=0` runs them one after another in one process. Work stealing: a worker that
 # has run out takes half of what another still has queued (tests/conftest.py deals the longest tests to every worker first).
 TEST_WORKERS ?= 3
 PARALLEL := -n $(TEST_WORKERS) --dist worksteal
