@@ -38,7 +38,7 @@ QUICKSTART_IN_BROWSER := $(if $(wildcard /usr/lib/chromium/chromium),--deselect 
 
 # Python writes bytecode during the tests, even where PYTHONDONTWRITEBYTECODE=1 is set (this machine and CI set it):
 # else every process compiles tpu_nb's and the tests' sources again (each kernel, simulated pod host and tutorial),
-# and every xdist worker rewrites the asserts of every test module, about 6 CPU-seconds each (measured with cProfile).
+# and every xdist worker rewrites the asserts of every test module (a worker's collection: 14.2 CPU-seconds, 11.4 with them found).
 # The files go to __pycache__ (.gitignore), as a user's own runs write them.
 TEST_ENV := PJRT_DEVICE=CPU PYTHONDONTWRITEBYTECODE=
 
