@@ -18,7 +18,7 @@ from support.platforms import fake_torch_xla, make_system  # noqa: F401 - fixtur
 def pytest_configure(config: pytest.Config) -> None:
     """pytest's process stands for a notebook's kernel after its first run, where tests run.
 
-    tpu_nb.kernel.warm_imports leaves there torch's compiler stack, which
+    tpu_nb.kernel.run.warm_imports leaves there torch's compiler stack, which
     torch_xla imports at its top (never torch_xla itself). Each fork of a test
     then imports torch_xla in about 0.3 CPU-seconds instead of 4 (measured).
     The cold first run is what every test in tests/real_kernel and

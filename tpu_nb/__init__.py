@@ -60,12 +60,12 @@ def in_worker() -> bool:
 # Imported on first use, to keep `import tpu_nb` cheap: name -> module.
 _LAZY = {
     "StopTraining": "tpu_nb.workers.reporting",
-    "BackgroundRun": "tpu_nb.kernel.background",
-    "LaunchRefused": "tpu_nb.kernel.errors",
-    "WorkerError": "tpu_nb.kernel.errors",
-    "WorkerDied": "tpu_nb.kernel.errors",
-    "TrainingInterrupted": "tpu_nb.kernel.errors",
-    "TrainingTimedOut": "tpu_nb.kernel.errors",
+    "BackgroundRun": "tpu_nb.kernel.run.background",
+    "LaunchRefused": "tpu_nb.kernel.endings.notebook_errors",
+    "WorkerError": "tpu_nb.kernel.endings.notebook_errors",
+    "WorkerDied": "tpu_nb.kernel.endings.notebook_errors",
+    "TrainingInterrupted": "tpu_nb.kernel.endings.notebook_errors",
+    "TrainingTimedOut": "tpu_nb.kernel.endings.notebook_errors",
 }
 
 

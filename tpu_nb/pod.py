@@ -55,7 +55,7 @@ def launch(
     Raises `LaunchRefused` (nothing started) with what to fix, or what
     `tpu_nb.launch` raises when the run fails.
     """
-    from tpu_nb.kernel.options import LaunchOptions
+    from tpu_nb.kernel.planning.options import LaunchOptions
     from tpu_nb.kernel.pod.api import launch_function
     from tpu_nb.kernel.pod.recording import RECORDED
     from tpu_nb.kernel.pod.slice_checks import PodTarget

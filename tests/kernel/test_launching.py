@@ -15,7 +15,7 @@ from support.kernel import plain
 from support.processes import STARTUP, descendants, wait_until
 
 import tpu_nb
-from tpu_nb.kernel.errors import LaunchRefused, TrainingInterrupted, TrainingTimedOut, WorkerDied, WorkerError
+from tpu_nb.kernel.endings.notebook_errors import LaunchRefused, TrainingInterrupted, TrainingTimedOut, WorkerDied, WorkerError
 
 
 def xla_sum(scale: float) -> float:

@@ -14,7 +14,7 @@ from IPython.utils.capture import capture_output
 from support.kernel import plain
 from support.tracebacks import arrow_line, cell_frame_header
 
-from tpu_nb.kernel.errors import WorkerError
+from tpu_nb.kernel.endings.notebook_errors import WorkerError
 
 
 def run(shell: InteractiveShell, cell: str):  # type: ignore[no-untyped-def]

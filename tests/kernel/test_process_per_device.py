@@ -19,10 +19,10 @@ from IPython.utils.capture import capture_output
 from support.processes import STARTUP, descendants, wait_until
 
 import tpu_nb
-from tpu_nb.kernel.errors import TrainingInterrupted, WorkerDied, WorkerError
-from tpu_nb.kernel.followed_run import run_in_foreground
-from tpu_nb.kernel.local_run import Run
-from tpu_nb.kernel.options import LaunchOptions
+from tpu_nb.kernel.endings.notebook_errors import TrainingInterrupted, WorkerDied, WorkerError
+from tpu_nb.kernel.planning.options import LaunchOptions
+from tpu_nb.kernel.run.followed_run import run_in_foreground
+from tpu_nb.kernel.run.local_run import Run
 from tpu_nb.wire.events import Event, Heartbeat, Stopping, WorkerStarted
 from tpu_nb.workers.programs import FunctionProgram
 

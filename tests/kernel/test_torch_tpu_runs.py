@@ -25,11 +25,11 @@ from support.processes import STARTUP, descendants, wait_until
 from support.torch_tpu_stand_in import install
 
 import tpu_nb
-from tpu_nb.kernel import local_run
-from tpu_nb.kernel.errors import LaunchRefused, WorkerError
-from tpu_nb.kernel.followed_run import run_in_foreground
-from tpu_nb.kernel.local_run import Run
-from tpu_nb.kernel.options import LaunchOptions
+from tpu_nb.kernel.endings.notebook_errors import LaunchRefused, WorkerError
+from tpu_nb.kernel.planning.options import LaunchOptions
+from tpu_nb.kernel.run import local_run
+from tpu_nb.kernel.run.followed_run import run_in_foreground
+from tpu_nb.kernel.run.local_run import Run
 from tpu_nb.wire.checkpoints import list_checkpoints
 from tpu_nb.wire.events import Event, Heartbeat, Progress, Stopping, WorkerStarted
 from tpu_nb.workers.programs import FunctionProgram

@@ -2,7 +2,7 @@
 
 Three real kernels, each started as a notebook server starts one (a session
 of its own). The TPU's device files are plain files here (the kernel that
-releases looks at them through SystemView, as tests/kernel/test_release.py
+releases looks at them through SystemView, as tests/kernel/tpu/test_release.py
 does in-process); every process is real.
 """
 

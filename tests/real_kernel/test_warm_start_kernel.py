@@ -26,7 +26,7 @@ def test_after_a_run_the_kernel_has_what_torch_xla_builds_on_but_not_torch_xla(k
     first = kernel.run("%%tpu_train --no-progress\nimport torch_xla\n(torch.ones(2, device=device) * 3).sum().item()")
     assert "6.0" in text_of(first), text_of(first)
     check = kernel.run(
-        "import tpu_nb.kernel.warm_imports as warm\n"
+        "import tpu_nb.kernel.run.warm_imports as warm\n"
         "from tpu_nb.runtime.system import xla_runtime_started\n"
         "warm.wait()\n"
         "after = kernel_state()\n"

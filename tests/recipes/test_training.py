@@ -169,7 +169,7 @@ def test_fsdp_needs_an_spmd_run_and_says_how(tiny_llama: Path, tmp_path: Path) -
     import pytest
 
     import tpu_nb
-    from tpu_nb.kernel.errors import WorkerError
+    from tpu_nb.kernel.endings.notebook_errors import WorkerError
     from tpu_nb.recipes import prepare
 
     fine_tuning = prepare(fsdp_lora_config(tiny_llama, tmp_path / "out").replace(lora_rank=None))

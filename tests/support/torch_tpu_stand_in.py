@@ -21,7 +21,7 @@ import os
 import pytest
 from support.platforms import MakeSystem
 
-from tpu_nb.kernel import local_run
+from tpu_nb.kernel.run import local_run
 from tpu_nb.runtime import RuntimeInfo, detect
 from tpu_nb.workers import chip_ranks
 from tpu_nb.workers.chip_ranks import ChipStack

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tpu_nb.wire.events import Heartbeat, Notice, Progress
-from tpu_nb.wire.stop_request import StopRequest
+from tpu_nb.wire.shared_memory_stop import StopRequest
 from tpu_nb.workers import reporting
 from tpu_nb.workers.reporting import WorkerReporter
 

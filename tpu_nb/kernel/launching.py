@@ -7,15 +7,14 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
+from tpu_nb.kernel.endings.run_ending import Ending
+from tpu_nb.kernel.notebook.cell_output import Write
+from tpu_nb.kernel.planning.options import LaunchOptions
+from tpu_nb.kernel.run.background import BackgroundRun, Handback, start_in_background
+from tpu_nb.kernel.run.followed_run import run_in_foreground
+from tpu_nb.kernel.run.local_run import Run
 from tpu_nb.wire.results import NotTransferable, RankResult
 from tpu_nb.workers.programs import FunctionProgram
-
-from .background import BackgroundRun, Handback, start_in_background
-from .endings import Ending
-from .followed_run import run_in_foreground
-from .local_run import Run
-from .options import LaunchOptions
-from .output import Write
 
 
 def launch(

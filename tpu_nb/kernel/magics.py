@@ -12,27 +12,26 @@ from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, 
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
+from tpu_nb.kernel.endings.run_ending import Ending
+from tpu_nb.kernel.notebook.cell_output import write_to_sys
+from tpu_nb.kernel.notebook.cell_source import cache_as_written, running_cell_number
+from tpu_nb.kernel.notebook.returns import hand_back, hand_back_later
+from tpu_nb.kernel.planning.checkpoint_plans import describe_checkpoints
+from tpu_nb.kernel.planning.options import LaunchOptions
+from tpu_nb.kernel.pod.cell_checks import PREPARE_MAGIC, check_names_recorded, check_plain_python, pod_program
+from tpu_nb.kernel.pod.recording import RECORDED
+from tpu_nb.kernel.pod.slice_checks import BACKENDS, DEFAULT_RUNS_DIR, PodTarget
+from tpu_nb.kernel.pod.starting import launch_pod, start_pod_in_background
+from tpu_nb.kernel.run import warm_imports
+from tpu_nb.kernel.run.background import BackgroundRun, start_in_background
+from tpu_nb.kernel.run.followed_run import run_in_foreground
+from tpu_nb.kernel.run.local_run import Run
+from tpu_nb.kernel.tpu.release import TERM_GRACE, describe_release, release_tpu
+from tpu_nb.kernel.tpu.torch_tpu_guard import keep_torch_tpu_out, let_torch_tpu_back
 from tpu_nb.runtime import RuntimePanel, SystemView, detect
 from tpu_nb.runtime.system import installed_version
 from tpu_nb.wire.run_directory import Cell
 from tpu_nb.workers.programs import CellProgram, compile_cell
-
-from . import warm_imports
-from .background import BackgroundRun, start_in_background
-from .cell_source import cache_as_written, running_cell_number
-from .checkpoint_plans import describe_checkpoints
-from .endings import Ending
-from .followed_run import run_in_foreground
-from .local_run import Run
-from .options import LaunchOptions
-from .output import write_to_sys
-from .pod.cell_checks import PREPARE_MAGIC, check_names_recorded, check_plain_python, pod_program
-from .pod.recording import RECORDED
-from .pod.slice_checks import BACKENDS, DEFAULT_RUNS_DIR, PodTarget
-from .pod.starting import launch_pod, start_pod_in_background
-from .release import TERM_GRACE, describe_release, release_tpu
-from .returns import hand_back, hand_back_later
-from .torch_tpu_guard import keep_torch_tpu_out, let_torch_tpu_back
 
 
 @magics_class

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .widget import Picker
+    from tpu_nb.picking.widget import Picker
 
 
 def picker(shell: Any = None, directory: str | Path | None = None) -> Picker:
@@ -23,7 +23,7 @@ def picker(shell: Any = None, directory: str | Path | None = None) -> Picker:
     looks for data files and local models, and puts uploads (default: the
     working directory).
     """
-    from .widget import Picker
+    from tpu_nb.picking.widget import Picker
 
     return Picker(shell, None if directory is None else Path(directory))
 

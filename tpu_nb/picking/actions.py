@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tpu_nb.kernel.frontend import in_notebook_kernel
+from tpu_nb.kernel.notebook.frontend import in_notebook_kernel
 from tpu_nb.recipes.config import FSDP, TrainConfig
 from tpu_nb.recipes.training import FineTuning, TrainingResult
 

@@ -14,19 +14,9 @@ from typing import Any
 import ipywidgets as widgets
 from IPython.display import display
 
-from tpu_nb.kernel.errors import TrainingInterrupted
-from tpu_nb.recipes.codegen import code_for
-from tpu_nb.recipes.config import CAUSAL_LM, FSDP, STRATEGIES, TASKS, TrainConfig
-from tpu_nb.recipes.facts import gather_facts
-from tpu_nb.recipes.local_models import find_local_models
-from tpu_nb.recipes.memory import estimate_for
-from tpu_nb.recipes.sources import DATA_FILE_BUILDERS, display_path
-from tpu_nb.recipes.training import FineTuning, TrainingResult
-from tpu_nb.recipes.validation import ConfigProblem, DatasetFacts, Facts, ModelFacts, validate
-from tpu_nb.runtime import detect
-
-from .actions import insert_cell, train_now
-from .form import (
+from tpu_nb.kernel.endings.notebook_errors import TrainingInterrupted
+from tpu_nb.picking.actions import insert_cell, train_now
+from tpu_nb.picking.form import (
     PER_TASK_FIELDS,
     SUGGESTED_DATASETS,
     config_from_form,
@@ -38,8 +28,17 @@ from .form import (
     model_options,
     save_upload,
 )
-from .preview import make_preview, preview_html
-from .uploads import uploaded_files
+from tpu_nb.picking.preview import make_preview, preview_html
+from tpu_nb.picking.uploads import uploaded_files
+from tpu_nb.recipes.codegen import code_for
+from tpu_nb.recipes.config import CAUSAL_LM, FSDP, STRATEGIES, TASKS, TrainConfig
+from tpu_nb.recipes.facts import gather_facts
+from tpu_nb.recipes.local_models import find_local_models
+from tpu_nb.recipes.memory import estimate_for
+from tpu_nb.recipes.sources import DATA_FILE_BUILDERS, display_path
+from tpu_nb.recipes.training import FineTuning, TrainingResult
+from tpu_nb.recipes.validation import ConfigProblem, DatasetFacts, Facts, ModelFacts, validate
+from tpu_nb.runtime import detect
 
 UPLOAD_DIRECTORY = "tpu_nb_uploads"
 DEFAULT_NAME = "tuned"

@@ -13,8 +13,8 @@ imports tpu_nb.
 
 from __future__ import annotations
 
-from .codegen import code_for
-from .config import (
+from tpu_nb.recipes.codegen import code_for
+from tpu_nb.recipes.config import (
     CAUSAL_LM,
     DATA_PARALLEL,
     DEMO_DATASET,
@@ -26,12 +26,12 @@ from .config import (
     ConfigError,
     TrainConfig,
 )
-from .facts import check, gather_facts
-from .local_models import LocalModel, find_local_models
-from .memory import MemoryEstimate, ModelSize, estimate_for, estimate_memory
-from .preparation import InvalidConfig, prepare
-from .training import FineTuning, NotInWorker, TrainingResult, WrongLaunch
-from .validation import ConfigProblem, DatasetFacts, Facts, LabelFacts, ModelFacts, NotFound, validate
+from tpu_nb.recipes.facts import check, gather_facts
+from tpu_nb.recipes.local_models import LocalModel, find_local_models
+from tpu_nb.recipes.memory import MemoryEstimate, ModelSize, estimate_for, estimate_memory
+from tpu_nb.recipes.preparation import InvalidConfig, prepare
+from tpu_nb.recipes.training import FineTuning, NotInWorker, TrainingResult, WrongLaunch
+from tpu_nb.recipes.validation import ConfigProblem, DatasetFacts, Facts, LabelFacts, ModelFacts, NotFound, validate
 
 __all__ = [
     "CAUSAL_LM",

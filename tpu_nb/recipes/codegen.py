@@ -11,8 +11,8 @@ import json
 from dataclasses import fields
 from typing import Any
 
-from .config import FSDP, TEXT_CLASSIFICATION, TrainConfig
-from .training import launch_line
+from tpu_nb.recipes.config import FSDP, TEXT_CLASSIFICATION, TrainConfig
+from tpu_nb.recipes.training import launch_line
 
 _ALWAYS_SHOWN = ("model", "task", "dataset")
 

@@ -16,12 +16,12 @@ from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import CAUSAL_LM, MASKED_LM, TEXT_CLASSIFICATION, TrainConfig
-from .demo_data import demo_dataset
-from .hub import hub_unreachable_reason, offline_mode
-from .labels import label_text
-from .sources import dataset_kind, file_builder, looks_like_path
-from .validation import NotFound, NotFoundReason
+from tpu_nb.recipes.config import CAUSAL_LM, MASKED_LM, TEXT_CLASSIFICATION, TrainConfig
+from tpu_nb.recipes.demo_data import demo_dataset
+from tpu_nb.recipes.hub import hub_unreachable_reason, offline_mode
+from tpu_nb.recipes.labels import label_text
+from tpu_nb.recipes.sources import dataset_kind, file_builder, looks_like_path
+from tpu_nb.recipes.validation import NotFound, NotFoundReason
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict

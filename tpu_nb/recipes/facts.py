@@ -6,14 +6,14 @@ import importlib.util
 import tempfile
 from pathlib import Path
 
-from .config import MASKED_LM, TEXT_CLASSIFICATION, TrainConfig
-from .data import DataSourceError, load_splits
-from .hub import hub_unreachable_reason
-from .labels import label_facts
-from .local_models import CONFIG_FILE, WEIGHT_FILES, find_local_models, is_model_directory
-from .models import hub_options, lora_targets_known, model_size, position_limit
-from .sources import looks_like_path
-from .validation import ConfigProblem, DatasetFacts, Facts, ModelFacts, NotFound, NotFoundReason, validate
+from tpu_nb.recipes.config import MASKED_LM, TEXT_CLASSIFICATION, TrainConfig
+from tpu_nb.recipes.data import DataSourceError, load_splits
+from tpu_nb.recipes.hub import hub_unreachable_reason
+from tpu_nb.recipes.labels import label_facts
+from tpu_nb.recipes.local_models import CONFIG_FILE, WEIGHT_FILES, find_local_models, is_model_directory
+from tpu_nb.recipes.models import hub_options, lora_targets_known, model_size, position_limit
+from tpu_nb.recipes.sources import looks_like_path
+from tpu_nb.recipes.validation import ConfigProblem, DatasetFacts, Facts, ModelFacts, NotFound, NotFoundReason, validate
 
 
 def check(config: TrainConfig) -> list[ConfigProblem]:

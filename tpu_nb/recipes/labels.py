@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .validation import LabelFacts
+from tpu_nb.recipes.validation import LabelFacts
 
 if TYPE_CHECKING:
     from datasets import Dataset

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import TrainConfig
+from tpu_nb.recipes.config import TrainConfig
 
 GIB = 2**30
 

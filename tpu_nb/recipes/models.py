@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .config import CAUSAL_LM, MASKED_LM, TEXT_CLASSIFICATION, TrainConfig
-from .hub import hub_unreachable_reason
-from .memory import ModelSize
-from .sources import looks_like_path
+from tpu_nb.recipes.config import CAUSAL_LM, MASKED_LM, TEXT_CLASSIFICATION, TrainConfig
+from tpu_nb.recipes.hub import hub_unreachable_reason
+from tpu_nb.recipes.memory import ModelSize
+from tpu_nb.recipes.sources import looks_like_path
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase

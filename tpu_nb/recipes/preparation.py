@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .config import TEXT_CLASSIFICATION, TrainConfig
-from .data import load_splits, tokenize_for_classification, tokenize_for_language_modelling, usable_rows
-from .facts import check
-from .labels import label_names, label_text
-from .models import load_model, load_tokenizer
-from .training import FineTuning
-from .validation import ConfigProblem
+from tpu_nb.recipes.config import TEXT_CLASSIFICATION, TrainConfig
+from tpu_nb.recipes.data import load_splits, tokenize_for_classification, tokenize_for_language_modelling, usable_rows
+from tpu_nb.recipes.facts import check
+from tpu_nb.recipes.labels import label_names, label_text
+from tpu_nb.recipes.models import load_model, load_tokenizer
+from tpu_nb.recipes.training import FineTuning
+from tpu_nb.recipes.validation import ConfigProblem
 
 if TYPE_CHECKING:
     from datasets import Dataset

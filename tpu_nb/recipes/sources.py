@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from .config import DEMO_DATASET
+from tpu_nb.recipes.config import DEMO_DATASET
 
 DatasetKind = Literal["demo", "file", "hub"]
 

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import tpu_nb
-from tpu_nb.workers.trainer_hook import XLA_SAFE_OPTIM
-
-from .config import CAUSAL_LM, FSDP, MASKED_LM, TEXT_CLASSIFICATION, TrainConfig
+from tpu_nb.recipes.config import CAUSAL_LM, FSDP, MASKED_LM, TEXT_CLASSIFICATION, TrainConfig
+from tpu_nb.workers.trainer.hook import XLA_SAFE_OPTIM
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -132,7 +131,7 @@ class FineTuning:
 
         import torch
 
-        from .local_models import is_model_directory
+        from tpu_nb.recipes.local_models import is_model_directory
 
         output_dir = Path(self.config.output_dir).absolute()
         if (output_dir / ADAPTER_CONFIG).exists():
@@ -149,7 +148,7 @@ class FineTuning:
     def _trainer(self, model: PreTrainedModel, callbacks: Sequence[TrainerCallback], batch_devices: int) -> Trainer:
         from transformers import DataCollatorForLanguageModeling, Trainer, default_data_collator
 
-        from .metrics import classification_metrics
+        from tpu_nb.recipes.metrics import classification_metrics
 
         config = self.config
         if config.task == MASKED_LM:
@@ -234,7 +233,7 @@ def _check_strategy(config: TrainConfig) -> int:
 
 def _evaluate(trainer: Trainer, config: TrainConfig) -> dict[str, float]:
     """Evaluation metrics without their "eval_" prefix (which the live dashboard keys on)."""
-    from .metrics import with_perplexity
+    from tpu_nb.recipes.metrics import with_perplexity
 
     metrics = trainer.evaluate()
     if config.task in (MASKED_LM, CAUSAL_LM):

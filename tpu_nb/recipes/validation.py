@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .config import CAUSAL_LM, MASKED_LM, STRATEGIES, TASKS, TEXT_CLASSIFICATION, TrainConfig
-from .memory import ModelSize
-from .sources import DATA_FILE_BUILDERS, UNSUPPORTED_FILE_SUFFIXES, dataset_kind, file_suffix
+from tpu_nb.recipes.config import CAUSAL_LM, MASKED_LM, STRATEGIES, TASKS, TEXT_CLASSIFICATION, TrainConfig
+from tpu_nb.recipes.memory import ModelSize
+from tpu_nb.recipes.sources import DATA_FILE_BUILDERS, UNSUPPORTED_FILE_SUFFIXES, dataset_kind, file_suffix
 
 MAX_CLASSES = 100
 """More distinct labels than this and a column is not a set of classes (an id, a score, a text)."""

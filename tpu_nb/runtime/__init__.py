@@ -8,10 +8,10 @@ tpu_nb, so this must not pull in torch, torch_xla, IPython or ipywidgets.
 
 from __future__ import annotations
 
-from .detect import detect
-from .info import Accelerator, Platform, Problem, RuntimeInfo, TpuInfo, Versions
-from .panel import RuntimePanel
-from .system import SystemView
+from tpu_nb.runtime.detect import detect
+from tpu_nb.runtime.info import Accelerator, Platform, Problem, RuntimeInfo, TpuInfo, Versions
+from tpu_nb.runtime.panel import RuntimePanel
+from tpu_nb.runtime.system import SystemView
 
 __all__ = [
     "Accelerator",

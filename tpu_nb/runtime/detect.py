@@ -12,12 +12,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .device_holders import is_tpu_device, tpu_device_holders
-from .info import Accelerator, Platform, RuntimeInfo, StackName, TpuInfo, Versions
-from .problems import Findings, problems_of
-from .system import PciDevice, SystemView
-from .tpu_stacks import choose_stack
-from .versions import install_command, xla_install
+from tpu_nb.runtime.device_holders import is_tpu_device, tpu_device_holders
+from tpu_nb.runtime.info import Accelerator, Platform, RuntimeInfo, StackName, TpuInfo, Versions
+from tpu_nb.runtime.problems import Findings, problems_of
+from tpu_nb.runtime.system import PciDevice, SystemView
+from tpu_nb.runtime.tpu_software import choose_stack
+from tpu_nb.runtime.versions import install_command, xla_install
 
 # Variables some platforms preset for a single-process topology; with them a
 # multi-process start fails ("Expected N worker addresses, got 1").

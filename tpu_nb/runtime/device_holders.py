@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import PurePosixPath
 
-from .system import OpenedBy, SystemView
+from tpu_nb.runtime.system import OpenedBy, SystemView
 
 TPU_DEVICE_NODE = re.compile(r"/dev/(accel\d+|vfio/\d+)")
 COMMAND_WIDTH = 100  # characters of a command line shown; a kernel's or a worker's runs far longer

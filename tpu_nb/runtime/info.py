@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
 
-from .device_holders import DeviceHolder
+from tpu_nb.runtime.device_holders import DeviceHolder
 
 Severity = Literal["error", "warning", "info"]
 

@@ -10,8 +10,8 @@ import html
 from dataclasses import dataclass
 from typing import Protocol
 
-from .device_holders import DeviceHolder, describe_age
-from .info import Problem, RuntimeInfo, Severity, StackStatus
+from tpu_nb.runtime.device_holders import DeviceHolder, describe_age
+from tpu_nb.runtime.info import Problem, RuntimeInfo, Severity, StackStatus
 
 _SEVERITY_COLOURS: dict[Severity, str] = {
     "error": "#c62828",

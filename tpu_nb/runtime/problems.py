@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .device_holders import DeviceHolder, Origin
-from .info import Problem, StackChoice, TpuInfo, Versions
-from .system import SystemView, torch_tpu_backend_loaded, torch_tpu_runtime_started, xla_runtime_started
-from .versions import expected_libtpu, has_matching_xla, libtpu_matches, release
+from tpu_nb.runtime.device_holders import DeviceHolder, Origin
+from tpu_nb.runtime.info import Problem, StackChoice, TpuInfo, Versions
+from tpu_nb.runtime.system import SystemView, torch_tpu_backend_loaded, torch_tpu_runtime_started, xla_runtime_started
+from tpu_nb.runtime.versions import expected_libtpu, has_matching_xla, libtpu_matches, release
 
 TORCH_XLA_MISSING = "torch_xla_missing"
 VERSION_MISMATCH = "version_mismatch"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from .system import SystemView
+from tpu_nb.runtime.system import SystemView
 
 
 @dataclass(frozen=True, slots=True)

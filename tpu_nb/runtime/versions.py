@@ -6,7 +6,7 @@ Colab, `+cu121` on PyPI's CUDA builds) names the same release as `2.9.0`.
 
 from __future__ import annotations
 
-from .info import TpuInfo, Versions
+from tpu_nb.runtime.info import TpuInfo, Versions
 
 PINNED_TORCH_XLA = "2.9.0"
 """The newest torch_xla on PyPI, built against the torch of the same version; tpu_nb's `xla` extra pins this pair off-TPU."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .stacks import StackReport
+from tpu_nb.wire.stacks import StackReport
 
 
 @dataclass(frozen=True, slots=True)

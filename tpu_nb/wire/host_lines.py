@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .events import (
+from tpu_nb.wire.events import (
     CheckpointSaved,
     Diagnosis,
     Event,
@@ -39,9 +39,9 @@ from .events import (
     WorkerRaised,
     WorkerStarted,
 )
-from .limits import fit
-from .results import ExceptionReport
-from .stacks import StackAnswer
+from tpu_nb.wire.limits import fit
+from tpu_nb.wire.results import ExceptionReport
+from tpu_nb.wire.stacks import StackAnswer
 
 MARKER = "@tpu_nb "
 MAX_LINE_BYTES = 1 << 20

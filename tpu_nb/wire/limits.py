@@ -14,8 +14,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .events import History, Notice, Output, Progress
-from .stacks import StackAnswer
+from tpu_nb.wire.events import History, Notice, Output, Progress
+from tpu_nb.wire.stacks import StackAnswer
 
 E = TypeVar("E")
 _SHORT = 200  # bytes: text this short is left whole when an event is cut (cutting it would not make it shorter)

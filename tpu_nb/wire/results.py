@@ -30,7 +30,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO, Any, cast
 
-from .limits import cap_text
+from tpu_nb.wire.limits import cap_text
 
 ROOM_TO_SPARE = 16 << 20
 """Bytes a place keeps free after a result is written there (other processes use shared memory too)."""
@@ -191,7 +191,7 @@ def load_result(directory: Path, rank: int, *, pickled: bool = True) -> RankResu
 
 
 def save_imported_modules(names: list[str], directory: Path) -> None:
-    """The modules the supervisor's import of torch_xla brought in (for `tpu_nb.kernel.warm_imports`)."""
+    """The modules the supervisor's import of torch_xla brought in (for `tpu_nb.kernel.run.warm_imports`)."""
     _write_atomically(directory / _IMPORTED_MODULES, json.dumps(sorted(names)).encode())
 
 

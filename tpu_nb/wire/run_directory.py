@@ -10,7 +10,7 @@
 
 The notebook writes the directory (`tpu_nb.kernel.pod.program`), copies it
 to the hosts and writes `stop` and `stacks-request` there through gcloud or
-kubectl; each host's `train.py` (`tpu_nb.workers.host`) reads the manifest,
+kubectl; each host's `train.py` (`tpu_nb.workers.pod_host`) reads the manifest,
 watches for those requests and writes `host.pgid` and `results/`.
 """
 
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .mesh import MeshShape
-from .stacks import WatchdogSetting
+from tpu_nb.wire.mesh import MeshShape
+from tpu_nb.wire.stacks import WatchdogSetting
 
 TRAIN_SCRIPT = "train.py"
 MANIFEST = "manifest.json"

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .reporting import CompileReading, Event
+from tpu_nb.workers.reporting import CompileReading, Event
 
 ExecutionMode = Literal["eager", "fused", "compile"]
 EXECUTION_MODES: tuple[ExecutionMode, ...] = ("eager", "fused", "compile")
@@ -283,7 +283,7 @@ def load_torch_tpu() -> None:
     """Load torch_tpu's backend in this rank: the `tpu` device and the `tpu_dist` process group.
 
     `%load_ext tpu_nb` turned torch's backend autoloading off in the notebook
-    (TORCH_DEVICE_BACKEND_AUTOLOAD=0, kernel/torch_tpu_guard.py), and the rank
+    (TORCH_DEVICE_BACKEND_AUTOLOAD=0, kernel/tpu/torch_tpu_guard.py), and the rank
     inherits that: importing torch_tpu then registers nothing. So the rank
     calls torch_tpu's own loader, `torch_tpu._loader.load` (what torch's
     `torch.backends` entry point names), as autoloading would have; it
@@ -332,7 +332,7 @@ def torch_tpu_compile_reading() -> CompileReading:
     `torch.tpu._get_cache_stats` is private and version-gated: read through
     `cache_stats`, which refuses a format it does not know.
     """
-    from .doctor.torch_tpu_readings import cache_stats
+    from tpu_nb.workers.doctor.torch_tpu_readings import cache_stats
 
     read = getattr(_torch_tpu(), "_get_cache_stats", None)
     stats = cache_stats(read()) if read is not None else None

@@ -10,9 +10,8 @@ from types import CodeType, MappingProxyType
 from typing import Any, Protocol
 
 from tpu_nb.wire.results import ModuleWeights, RankResult
-
-from .read_back import materialise_pending, unwrapped_key
-from .reporting import StopTraining, report
+from tpu_nb.workers.read_back import materialise_pending, unwrapped_key
+from tpu_nb.workers.reporting import StopTraining, report
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,16 +19,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tpu_nb.wire.events import Heartbeat, Notice, Progress, Stalled, Stopping
-
-from .watchdog import Activity
+from tpu_nb.workers.stalls.watchdog import Activity
 
 if TYPE_CHECKING:
     from tpu_nb.wire.channel import EventSink
-    from tpu_nb.wire.stop_request import StopRequest
-    from tpu_nb.workers.checkpointing import Checkpointer
-
-    from .doctor.probe import Checkup
-    from .watchdog import StepWatchdog
+    from tpu_nb.wire.shared_memory_stop import StopRequest
+    from tpu_nb.workers.checkpoints.saving import Checkpointer
+    from tpu_nb.workers.doctor.probe import Checkup
+    from tpu_nb.workers.stalls.watchdog import StepWatchdog
 
 REPORT_INTERVAL = 0.25  # seconds between Progress events: at most 4 a second
 HEARTBEAT_INTERVAL = 1.0  # seconds between each rank's Heartbeat

@@ -25,15 +25,14 @@ from pathlib import Path
 
 from tpu_nb.wire.environment import WorkerEnvironment
 from tpu_nb.wire.results import SupervisorReport, save_imported_modules, save_report
-
-from . import worker
-from .chip_ranks import ChipRun, serve_rendezvous
-from .output import capture_output
+from tpu_nb.workers import worker
+from tpu_nb.workers.chip_ranks import ChipRun, serve_rendezvous
+from tpu_nb.workers.printed_output import capture_output
 
 _PR_SET_PDEATHSIG = 1
 
 FORK_WARNING = re.compile(r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks in the child\.")
-"""What Python 3.12+ warns on `os.fork()` in a multi-threaded process (see `tpu_nb.kernel.forking`)."""
+"""What Python 3.12+ warns on `os.fork()` in a multi-threaded process (see `tpu_nb.kernel.run.forking`)."""
 
 
 @functools.cache
@@ -45,7 +44,7 @@ def prepare_to_fork() -> None:
     """Look up what the child needs from libc in the kernel, before forking.
 
     In the child, the lookup could wait forever on the dynamic loader's lock
-    if another kernel thread held it at the fork (see `tpu_nb.kernel.forking`).
+    if another kernel thread held it at the fork (see `tpu_nb.kernel.run.forking`).
     """
     _prctl()
 
@@ -87,7 +86,7 @@ def _note_what_torch_xla_imports(run_dir: Path) -> None:
 
     Most of them are torch's own (its compiler stack); the kernel imports those
     after the run, so the next supervisor imports torch_xla alone
-    (`tpu_nb.kernel.warm_imports`).
+    (`tpu_nb.kernel.run.warm_imports`).
     """
     before = set(sys.modules)
     try:

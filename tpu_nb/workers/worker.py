@@ -16,21 +16,21 @@ from tpu_nb.wire.checkpoints import CheckpointPlan
 from tpu_nb.wire.events import WorkerFinished, WorkerRaised, WorkerStarted
 from tpu_nb.wire.mesh import MeshShape
 from tpu_nb.wire.results import ExceptionReport, ResultPlaces, save_exception, save_result
+from tpu_nb.wire.shared_memory_stop import StopRequest
 from tpu_nb.wire.stacks import WatchdogSetting
-from tpu_nb.wire.stop_request import StopRequest
-
-from . import checkpointing, reporting
-from .chip_ranks import ChipRun, start_rank
-from .doctor.probe import WorkerDoctor, analyse_compilations, start_compile_cache
-from .doctor.torch_tpu_doctor import TRACE_DIRECTORY, TorchTpuDoctor
-from .hub_kernels import keep_hub_kernels_off_xla
-from .output import capture_output, flush_output, thread_rank
-from .programs import Program, WorkerContext
-from .read_back import materialise_pending
-from .stack_dumps import arm_stack_dumps
-from .tracebacks import format_user_traceback
-from .trainer_hook import watch_for_trainer
-from .watchdog import StepWatchdog
+from tpu_nb.workers import reporting
+from tpu_nb.workers.checkpoints.saving import Checkpointer
+from tpu_nb.workers.chip_ranks import ChipRun, start_rank
+from tpu_nb.workers.doctor.probe import WorkerDoctor, analyse_compilations, start_compile_cache
+from tpu_nb.workers.doctor.torch_tpu_doctor import TRACE_DIRECTORY, TorchTpuDoctor
+from tpu_nb.workers.hub_kernels import keep_hub_kernels_off_xla
+from tpu_nb.workers.printed_output import capture_output, flush_output, thread_rank
+from tpu_nb.workers.programs import Program, WorkerContext
+from tpu_nb.workers.read_back import materialise_pending
+from tpu_nb.workers.stalls.stack_dumps import arm_stack_dumps
+from tpu_nb.workers.stalls.watchdog import StepWatchdog
+from tpu_nb.workers.tracebacks import format_user_traceback
+from tpu_nb.workers.trainer.hook import watch_for_trainer
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +195,6 @@ def _reporter_for(payload: WorkerPayload, context: WorkerContext) -> reporting.W
             reporting.install(reporter)
             if payload.checkpoints is not None:
                 world = {"world_size": context.world_size, "mesh": None if payload.mesh is None else str(payload.mesh)}
-                reporter.checkpointer = checkpointing.Checkpointer(payload.checkpoints, payload.writer, world)
+                reporter.checkpointer = Checkpointer(payload.checkpoints, payload.writer, world)
             watch_for_trainer(spmd=payload.mesh is not None, xla=payload.chips is None)
         return reporter

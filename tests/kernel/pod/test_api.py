@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 
-from tpu_nb.kernel.errors import LaunchRefused
+from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
 
 
 def test_results_of_a_run_that_saved_none_say_what_to_check(tmp_path: Path) -> None:

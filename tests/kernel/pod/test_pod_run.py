@@ -24,9 +24,9 @@ from IPython.utils.capture import capture_output
 from support.pods import SimulatedSlice, simulate_slice
 from support.processes import STARTUP, wait_until
 
-from tpu_nb.kernel.errors import LaunchRefused, TrainingInterrupted, WorkerError
-from tpu_nb.kernel.options import LaunchOptions
-from tpu_nb.kernel.output import Write
+from tpu_nb.kernel.endings.notebook_errors import LaunchRefused, TrainingInterrupted, WorkerError
+from tpu_nb.kernel.notebook.cell_output import Write
+from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.backends.tpu_vm import TpuVmSlice
 from tpu_nb.kernel.pod.pod_run import PodRun
 from tpu_nb.kernel.pod.program import PodProgram, write_run_directory

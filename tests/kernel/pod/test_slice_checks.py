@@ -8,7 +8,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from tpu_nb.kernel.errors import LaunchRefused
+from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
 from tpu_nb.kernel.pod.backends.tpu_vm import HostVersions
 from tpu_nb.kernel.pod.slice_checks import version_problems
 

@@ -4,9 +4,9 @@ import pytest
 from support.clock import FakeClock
 from support.run_events import RANKS, evaluate, start, train_step
 
+from tpu_nb.kernel.endings.status import RUN_STATUSES
 from tpu_nb.kernel.progress.state import RATE_WINDOW_SECONDS, ProgressState
 from tpu_nb.kernel.progress.text import health
-from tpu_nb.kernel.status import RUN_STATUSES
 from tpu_nb.wire.events import (
     CheckpointSaved,
     Diagnosis,

@@ -9,7 +9,7 @@ import pytest
 
 from tpu_nb.kernel.stalls.folding import fold_process, library_frame_text, place_of
 from tpu_nb.workers.doctor.analysis_log import Frame
-from tpu_nb.workers.stack_dumps import ProcessStacks, ThreadStack
+from tpu_nb.workers.stalls.stack_dumps import ProcessStacks, ThreadStack
 
 CELL = "<ipython-input-5-0123456789ab>"  # how IPython 7 names cell 5's code
 HELPERS = "<ipython-input-4-0123456789ab>"

@@ -17,7 +17,7 @@ from tpu_nb.wire.stacks import StackReport, WatchdogSetting
 ARMED = """
 import os, sys, threading, time
 from pathlib import Path
-from tpu_nb.workers.stack_dumps import arm_stack_dumps
+from tpu_nb.workers.stalls.stack_dumps import arm_stack_dumps
 arm_stack_dumps(Path(sys.argv[1]), os.getpid())
 def blocked_on_a_queue():
     import queue

@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import tpu_nb
-from tpu_nb.kernel.errors import WorkerError
+from tpu_nb.kernel.endings.notebook_errors import WorkerError
 from tpu_nb.kernel.progress.state import ProgressState
 from tpu_nb.wire.events import Diagnosis, Event
 from tpu_nb.workers.doctor.findings import HOST_READ, PER_SHAPE

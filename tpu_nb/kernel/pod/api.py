@@ -16,15 +16,14 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
+from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
+from tpu_nb.kernel.endings.run_ending import Ending
+from tpu_nb.kernel.planning.options import LaunchOptions
+from tpu_nb.kernel.pod.program import PodProgram
+from tpu_nb.kernel.pod.slice_checks import PodTarget, is_remote
+from tpu_nb.kernel.pod.starting import launch_pod
 from tpu_nb.wire.results import ModuleWeights, RankResult, ResultNotLoaded, load_result
 from tpu_nb.wire.run_directory import RESULTS, Cell, RunDirectory, download_results
-
-from ..endings import Ending
-from ..errors import LaunchRefused
-from ..options import LaunchOptions
-from .program import PodProgram
-from .slice_checks import PodTarget, is_remote
-from .starting import launch_pod
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,10 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
+from tpu_nb.kernel.planning.options import LaunchOptions
+from tpu_nb.kernel.pod.program import PodProgram
+from tpu_nb.kernel.pod.recording import ipython_syntax
 from tpu_nb.wire.run_directory import Cell
-
-from ..options import LaunchOptions
-from .program import PodProgram
-from .recording import ipython_syntax
 
 PREPARE_MAGIC = "%%tpu_prepare"
 WORKER_NAMES = frozenset({"device", "rank", "world_size", "report", "mesh"})  # what every worker's cell is given

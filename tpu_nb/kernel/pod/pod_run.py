@@ -30,23 +30,22 @@ from typing import IO
 
 from IPython.core.error import UsageError
 
+from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
+from tpu_nb.kernel.endings.run_ending import Died, Ending, Outcome, Raised, Stopped, Succeeded, ending_of
+from tpu_nb.kernel.notebook.cell_output import OutputPrinter, Write, write_to_sys
+from tpu_nb.kernel.planning.options import LaunchOptions
+from tpu_nb.kernel.pod.backends import commands
+from tpu_nb.kernel.pod.backends.protocol import PodBackend
+from tpu_nb.kernel.pod.reaper import Reaper
+from tpu_nb.kernel.progress.display import make_display
+from tpu_nb.kernel.run.followed_run import POLL_SECONDS, FollowedRun, RunObserver
+from tpu_nb.kernel.stalls.pod_stacks import PodStacks
 from tpu_nb.wire.events import Heartbeat, Output, Progress, Stalled, Stopping, WorkerStarted
 from tpu_nb.wire.host_lines import MAX_LINE_BYTES, HostEnded, decode
 from tpu_nb.wire.limits import cap_text
 from tpu_nb.wire.results import ExceptionReport, ResultNotLoaded, load_result
 from tpu_nb.wire.run_directory import STACKS_REQUEST_FILE, STOP_FILE, RunDirectory
 from tpu_nb.wire.stacks import StackAnswer, StackReport
-
-from ..endings import Died, Ending, Outcome, Raised, Stopped, Succeeded, ending_of
-from ..errors import LaunchRefused
-from ..followed_run import POLL_SECONDS, FollowedRun, RunObserver
-from ..options import LaunchOptions
-from ..output import OutputPrinter, Write, write_to_sys
-from ..progress.display import make_display
-from ..stalls.pod_stacks import PodStacks
-from .backends import commands
-from .backends.protocol import PodBackend
-from .reaper import Reaper
 
 STOP_AHEAD_SECONDS = 10.0  # how far ahead of the last step seen a graceful stop aims: time for the stop to reach every host
 STREAM_END_WAIT = 10.0  # seconds for the backend's stream to end after every host said it ended

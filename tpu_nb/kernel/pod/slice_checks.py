@@ -14,19 +14,18 @@ import shlex
 from dataclasses import dataclass
 from typing import Literal
 
+from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
+from tpu_nb.kernel.notebook.cell_output import Write
+from tpu_nb.kernel.planning.options import LaunchOptions
+from tpu_nb.kernel.pod.backends import commands
+from tpu_nb.kernel.pod.backends.gke import GkeSlice
+from tpu_nb.kernel.pod.backends.jobset import validate_name
+from tpu_nb.kernel.pod.backends.protocol import PodBackend
+from tpu_nb.kernel.pod.backends.slices import SliceError, TpuSlice, check_pod_name, parse_slice
+from tpu_nb.kernel.pod.backends.tpu_vm import HostVersions, TpuVmSlice
+from tpu_nb.kernel.pod.program import PodProgram, notebook_packages
 from tpu_nb.runtime.versions import release, same_release
 from tpu_nb.wire.run_directory import MATCHED_PACKAGES
-
-from ..errors import LaunchRefused
-from ..options import LaunchOptions
-from ..output import Write
-from .backends import commands
-from .backends.gke import GkeSlice
-from .backends.jobset import validate_name
-from .backends.protocol import PodBackend
-from .backends.slices import SliceError, TpuSlice, check_pod_name, parse_slice
-from .backends.tpu_vm import HostVersions, TpuVmSlice
-from .program import PodProgram, notebook_packages
 
 Backend = Literal["auto", "gcloud", "gke", "export"]
 BACKENDS: tuple[Backend, ...] = ("auto", "gcloud", "gke", "export")

@@ -11,22 +11,21 @@ import shlex
 import shutil
 from pathlib import Path
 
+from tpu_nb.kernel.endings.notebook_errors import LaunchRefused, TrainingInterrupted
+from tpu_nb.kernel.endings.run_ending import Ending
+from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
+from tpu_nb.kernel.planning.options import LaunchOptions
+from tpu_nb.kernel.pod.backends import commands
+from tpu_nb.kernel.pod.backends.gke import GkeSlice
+from tpu_nb.kernel.pod.backends.slices import SliceError, TpuSlice
+from tpu_nb.kernel.pod.backends.tpu_vm import TpuVmSlice
+from tpu_nb.kernel.pod.pod_run import PodRun
+from tpu_nb.kernel.pod.program import PodProgram, write_run_directory
+from tpu_nb.kernel.pod.slice_checks import DEFAULT_RUNS_DIR, PodTarget, check, is_remote
+from tpu_nb.kernel.run.background import BackgroundRun, Finish, follow_in_background
+from tpu_nb.kernel.run.followed_run import RunObserver, run_in_foreground
+from tpu_nb.kernel.run.leftovers import private_directory
 from tpu_nb.wire.run_directory import RESULTS, RunDirectory, upload
-
-from ..background import BackgroundRun, Finish, follow_in_background
-from ..endings import Ending
-from ..errors import LaunchRefused, TrainingInterrupted
-from ..followed_run import RunObserver, run_in_foreground
-from ..leftovers import private_directory
-from ..options import LaunchOptions
-from ..output import Write, write_to_sys
-from .backends import commands
-from .backends.gke import GkeSlice
-from .backends.slices import SliceError, TpuSlice
-from .backends.tpu_vm import TpuVmSlice
-from .pod_run import PodRun
-from .program import PodProgram, write_run_directory
-from .slice_checks import DEFAULT_RUNS_DIR, PodTarget, check, is_remote
 
 
 def launch_pod(

@@ -8,8 +8,8 @@ from __future__ import annotations
 import io
 import math
 
-from .html_parts import column_label
-from .snapshot import EVAL_PREFIX, LEARNING_RATE, TRAINING_LOSS, VALIDATION_LOSS, ProgressSnapshot
+from tpu_nb.kernel.progress.html_parts import column_label
+from tpu_nb.kernel.progress.snapshot import EVAL_PREFIX, LEARNING_RATE, TRAINING_LOSS, VALIDATION_LOSS, ProgressSnapshot
 
 _CHART_POINTS = 1000  # per line: more only slows rendering down, at no visible gain
 _CHART_DPI = 100

@@ -23,11 +23,9 @@ import ipywidgets as widgets
 from IPython import display as ipython_display
 
 from tpu_nb import TpuNbWarning
-from tpu_nb.wire.events import Event
-
-from ..status import RunStatus
-from .chart import render_chart
-from .html_parts import (
+from tpu_nb.kernel.endings.status import RunStatus
+from tpu_nb.kernel.progress.chart import render_chart
+from tpu_nb.kernel.progress.html_parts import (
     checkpoint_html,
     detail_html,
     details_html,
@@ -43,11 +41,12 @@ from .html_parts import (
     table_html,
     workers_html,
 )
-from .snapshot import MetricRow, ProgressSnapshot
-from .state import ProgressState
-from .summary import display_summary, summary_bundle
-from .text import format_duration, format_rate, step_text, workers_text
-from .widget_display import display_replaceable
+from tpu_nb.kernel.progress.snapshot import MetricRow, ProgressSnapshot
+from tpu_nb.kernel.progress.state import ProgressState
+from tpu_nb.kernel.progress.summary import display_summary, summary_bundle
+from tpu_nb.kernel.progress.text import format_duration, format_rate, step_text, workers_text
+from tpu_nb.kernel.progress.widget_display import display_replaceable
+from tpu_nb.wire.events import Event
 
 STATUS_REFRESH_SECONDS = 0.25
 CHART_REFRESH_SECONDS = 1.0

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from tpu_nb.kernel.endings.status import RunStatus
+from tpu_nb.kernel.notebook.frontend import in_notebook_kernel
+from tpu_nb.kernel.progress.state import ProgressState
+from tpu_nb.kernel.progress.text import TextProgress
 from tpu_nb.wire.events import Event
-
-from ..frontend import in_notebook_kernel
-from ..status import RunStatus
-from .state import ProgressState
-from .text import TextProgress
 
 
 class ProgressDisplay(Protocol):
@@ -28,7 +27,7 @@ def make_display(title: str, runtime_label: str, expected_workers: int, worker_n
     progress = ProgressState(title, runtime_label, expected_workers, worker_noun=worker_noun)
     if not in_notebook_kernel():
         return TextProgress(progress)
-    from .dashboard import Dashboard  # imports ipywidgets: only in a kernel that shows widgets
+    from tpu_nb.kernel.progress.dashboard import Dashboard  # imports ipywidgets: only in a kernel that shows widgets
 
     dashboard = Dashboard(progress)
     dashboard.display()

@@ -10,10 +10,9 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
+from tpu_nb.kernel.progress.snapshot import EVAL_PREFIX, TRAINING_LOSS, VALIDATION_LOSS, ProgressSnapshot
+from tpu_nb.kernel.progress.text import HealthLevel, format_bytes, format_duration, format_value, health, health_brief
 from tpu_nb.wire.stacks import StackReport
-
-from .snapshot import EVAL_PREFIX, TRAINING_LOSS, VALIDATION_LOSS, ProgressSnapshot
-from .text import HealthLevel, format_bytes, format_duration, format_value, health, health_brief
 
 PILL_TEXT = "#ffffff"
 PHASE_COLOURS: dict[str, str] = {

@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tpu_nb.kernel.endings.status import RUN_STATUSES
+from tpu_nb.kernel.progress.recompilation import CompileVerdict
 from tpu_nb.wire.events import Diagnosis
 from tpu_nb.wire.stacks import StackReport
-
-from ..status import RUN_STATUSES
-from .recompilation import CompileVerdict
 
 STALE_AFTER_SECONDS = 30.0
 """A running worker silent for longer than this is probably stuck."""

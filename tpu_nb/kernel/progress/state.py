@@ -12,6 +12,9 @@ from collections import deque
 from collections.abc import Callable
 from types import MappingProxyType
 
+from tpu_nb.kernel.endings.status import RUN_STATUSES, RunStatus
+from tpu_nb.kernel.progress.recompilation import EVAL_PHASE, CompileJudge
+from tpu_nb.kernel.progress.snapshot import EVAL_PREFIX, TRAINING_LOSS, MetricRow, ProgressSnapshot, WorkerRow
 from tpu_nb.wire.events import (
     CheckpointSaved,
     ChipFigures,
@@ -27,10 +30,6 @@ from tpu_nb.wire.events import (
 )
 from tpu_nb.wire.results import format_bytes
 from tpu_nb.wire.stacks import StackReport
-
-from ..status import RUN_STATUSES, RunStatus
-from .recompilation import EVAL_PHASE, CompileJudge
-from .snapshot import EVAL_PREFIX, TRAINING_LOSS, MetricRow, ProgressSnapshot, WorkerRow
 
 RATE_WINDOW_SECONDS = 20.0
 """Steps/s is measured over this recent window, not since the start (which includes compilation)."""

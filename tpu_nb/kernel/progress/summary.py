@@ -9,8 +9,8 @@ from __future__ import annotations
 import base64
 import html
 
-from .chart import render_chart
-from .html_parts import (
+from tpu_nb.kernel.progress.chart import render_chart
+from tpu_nb.kernel.progress.html_parts import (
     checkpoint_html,
     detail_html,
     details_html,
@@ -26,8 +26,17 @@ from .html_parts import (
     table_html,
     workers_html,
 )
-from .snapshot import ProgressSnapshot
-from .text import diagnosis_text, final_line, final_metrics, format_duration, format_value, health, step_text, workers_text
+from tpu_nb.kernel.progress.snapshot import ProgressSnapshot
+from tpu_nb.kernel.progress.text import (
+    diagnosis_text,
+    final_line,
+    final_metrics,
+    format_duration,
+    format_value,
+    health,
+    step_text,
+    workers_text,
+)
 
 SUMMARY_TABLE_ROWS = 8
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from tpu_nb.kernel.endings.status import RunStatus
+from tpu_nb.kernel.progress.recompilation import CompileLevel, CompileVerdict
+from tpu_nb.kernel.progress.snapshot import EVAL_PREFIX, TRAINING_LOSS, ProgressSnapshot
+from tpu_nb.kernel.progress.state import ProgressState
 from tpu_nb.wire.events import Diagnosis, Event
 from tpu_nb.wire.stacks import StackReport
-
-from ..status import RunStatus
-from .recompilation import CompileLevel, CompileVerdict
-from .snapshot import EVAL_PREFIX, TRAINING_LOSS, ProgressSnapshot
-from .state import ProgressState
 
 HealthLevel = CompileLevel
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from tpu_nb.wire.stacks import RankPlace
 from tpu_nb.workers.doctor.analysis_log import Frame
 from tpu_nb.workers.doctor.places import describe, first_user_frame, is_tpu_nb
-from tpu_nb.workers.stack_dumps import ProcessStacks, ThreadStack
+from tpu_nb.workers.stalls.stack_dumps import ProcessStacks, ThreadStack
 
 _PACKAGE_MARKERS = ("/site-packages/", "/dist-packages/")
 MOST_CALLS = 4

@@ -14,13 +14,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tpu_nb.kernel.stalls.folding import fold_process
+from tpu_nb.kernel.stalls.verdicts import judge
 from tpu_nb.wire.checkpoints import format_duration
 from tpu_nb.wire.events import Event, Heartbeat, Progress, Stalled, WorkerFinished, WorkerRaised, WorkerStarted
 from tpu_nb.wire.stacks import MIN_THRESHOLD, StackReport, WatchdogSetting
-from tpu_nb.workers.stack_dumps import request_stacks
-
-from .folding import fold_process
-from .verdicts import judge
+from tpu_nb.workers.stalls.stack_dumps import request_stacks
 
 SILENT_EXTRA = 10.0
 """A process silent this much longer than the threshold has a heartbeat thread that cannot run: its stacks are asked for."""

@@ -15,14 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tpu_nb.wire.events import CompileCause, Diagnosis
-
-from .analysis_log import Compilation, Frame
-from .input_shapes import varying_input
-from .input_watch import Shapes
-from .places import describe, first_user_frame
-from .span import Span
-from .step_source import Suspect, suspects
-from .transfers import TransferSite
+from tpu_nb.workers.doctor.analysis_log import Compilation, Frame
+from tpu_nb.workers.doctor.input_shapes import varying_input
+from tpu_nb.workers.doctor.input_watch import Shapes
+from tpu_nb.workers.doctor.places import describe, first_user_frame
+from tpu_nb.workers.doctor.span import Span
+from tpu_nb.workers.doctor.step_source import Suspect, suspects
+from tpu_nb.workers.doctor.transfers import TransferSite
 
 WARMUP_STEPS = 5
 """The first steps compile the step's graphs (the optimizer's state appears at step 1, ...)."""

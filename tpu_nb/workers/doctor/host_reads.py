@@ -17,8 +17,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from .analysis_log import Frame
-from .places import first_user_frame, is_tpu_nb
+from tpu_nb.workers.doctor.analysis_log import Frame
+from tpu_nb.workers.doctor.places import first_user_frame, is_tpu_nb
 
 _READERS = ("item", "tolist")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analysis_log import Frame
-from .input_watch import Shapes
-from .transfers import Shape, TransferSite
+from tpu_nb.workers.doctor.analysis_log import Frame
+from tpu_nb.workers.doctor.input_watch import Shapes
+from tpu_nb.workers.doctor.transfers import Shape, TransferSite
 
 MOST_SHAPES_NAMED = 6
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .analysis_log import Frame
+from tpu_nb.workers.doctor.analysis_log import Frame
 
 _LIBRARY_DIRS = tuple(
     {

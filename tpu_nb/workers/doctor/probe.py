@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from tpu_nb.wire.events import CompileCause, Diagnosis
-
-from .analysis_log import AnalysisLog
-from .findings import Doctor, Reading
-from .host_reads import HostReadWatch
-from .input_watch import InputWatch
-from .transfers import TransferWatch
+from tpu_nb.workers.doctor.analysis_log import AnalysisLog
+from tpu_nb.workers.doctor.findings import Doctor, Reading
+from tpu_nb.workers.doctor.host_reads import HostReadWatch
+from tpu_nb.workers.doctor.input_watch import InputWatch
+from tpu_nb.workers.doctor.transfers import TransferWatch
 
 _HOST_READ_COUNTER = "aten::_local_scalar_dense"
 _EXECUTION_COUNTERS = ("ExecuteComputation", "ExecuteReplicated")

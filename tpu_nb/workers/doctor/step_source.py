@@ -18,7 +18,7 @@ import linecache
 from dataclasses import dataclass
 from typing import Literal
 
-from .analysis_log import Frame
+from tpu_nb.workers.doctor.analysis_log import Frame
 
 FACTORIES = frozenset({"randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace", "randperm", "eye"})
 DATA_DEPENDENT = frozenset({"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"})

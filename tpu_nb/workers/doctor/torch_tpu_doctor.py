@@ -17,13 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tpu_nb.wire.events import CompileCause, Diagnosis
-
-from ..reporting import CompileReading
-from .analysis_log import Frame
-from .findings import MOST_PLACES, WARMUP_STEPS
-from .places import describe
-from .probe import Checkup
-from .torch_tpu_readings import CacheMiss, TraceFollower
+from tpu_nb.workers.doctor.analysis_log import Frame
+from tpu_nb.workers.doctor.findings import MOST_PLACES, WARMUP_STEPS
+from tpu_nb.workers.doctor.places import describe
+from tpu_nb.workers.doctor.probe import Checkup
+from tpu_nb.workers.doctor.torch_tpu_readings import CacheMiss, TraceFollower
+from tpu_nb.workers.reporting import CompileReading
 
 TRACE_DIRECTORY = "torch-tpu-trace"
 RECOMPILING = "torch-tpu-recompiling"

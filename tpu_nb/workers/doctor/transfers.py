@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .analysis_log import Frame
-from .places import first_user_frame
+from tpu_nb.workers.doctor.analysis_log import Frame
+from tpu_nb.workers.doctor.places import first_user_frame
 
 Shape = tuple[int, ...]
 TransferSite = tuple[Frame, tuple[Shape, ...]]  # a call in the user's code, and the distinct shapes it moved, in order

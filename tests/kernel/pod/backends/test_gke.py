@@ -18,7 +18,7 @@ from IPython.utils.capture import capture_output
 from support.pods import SimulatedCluster, simulate_gke
 from support.processes import STARTUP, wait_until
 
-from tpu_nb.kernel.errors import LaunchRefused, TrainingInterrupted
+from tpu_nb.kernel.endings.notebook_errors import LaunchRefused, TrainingInterrupted
 
 PREPARE = """%%tpu_prepare
 import torch
@@ -89,7 +89,7 @@ def test_refused_when_the_cluster_lacks_the_nodes_or_the_run_a_bucket(
 
 
 def test_a_graceful_stop_reaches_every_pod_through_kubectl_exec(cluster: SimulatedCluster, tmp_path: Path) -> None:
-    from tpu_nb.kernel.options import LaunchOptions
+    from tpu_nb.kernel.planning.options import LaunchOptions
     from tpu_nb.kernel.pod.backends.gke import GkeSlice
     from tpu_nb.kernel.pod.backends.slices import parse_slice
     from tpu_nb.kernel.pod.pod_run import PodRun

@@ -16,11 +16,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpu_nb.kernel.pod.backends import commands
+from tpu_nb.kernel.pod.backends.jobset import RUN_DIR, JobSetSpec, managed_selector, manifests, pod_selector, to_yaml
+from tpu_nb.kernel.pod.backends.slices import SliceError, TpuSlice
 from tpu_nb.wire.run_directory import RESULTS, TRAIN_SCRIPT, RunDirectory, download_results, request_shell
-
-from . import commands
-from .jobset import RUN_DIR, JobSetSpec, managed_selector, manifests, pod_selector, to_yaml
-from .slices import SliceError, TpuSlice
 
 MANIFEST_FILE = "jobset.yaml"
 PODS_TIMEOUT = 600.0  # seconds for the JobSet's pods to start (scheduling onto TPU nodes, pulling the image)

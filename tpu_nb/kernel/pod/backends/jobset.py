@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from .slices import SliceError, TpuSlice
+from tpu_nb.kernel.pod.backends.slices import SliceError, TpuSlice
 
 CONFIG_DIR = "/tpu_nb_config"
 """Where the ConfigMap holding the run archive is mounted (read-only)."""

@@ -15,10 +15,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpu_nb.kernel.pod.backends import commands
+from tpu_nb.kernel.pod.backends.slices import SliceError, TpuSlice, parse_slice
 from tpu_nb.wire.run_directory import RESULTS, TRAIN_SCRIPT, RunDirectory, download_results, kill_shell, request_shell
-
-from . import commands
-from .slices import SliceError, TpuSlice, parse_slice
 
 REMOTE_RUNS = "tpu_nb_runs"  # under each host's home directory, private to its user
 VERSIONS_MARKER = "@tpu_nb-versions "

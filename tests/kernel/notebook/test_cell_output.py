@@ -1,0 +1,33 @@
+"""What workers print, as the cell shows it: rank 0 as is, other ranks prefixed on request."""
+
+from __future__ import annotations
+
+from tpu_nb.kernel.notebook.cell_output import OutputPrinter
+from tpu_nb.wire.events import Output, Progress
+
+
+def printed(all_ranks: bool, *events: object) -> list[tuple[str, str]]:
+    written: list[tuple[str, str]] = []
+    printer = OutputPrinter(all_ranks, lambda stream, text: written.append((stream, text)))
+    for event in events:
+        printer.on_event(event)  # type: ignore[arg-type]
+    return written
+
+
+def test_rank_0_and_the_supervisor_print_as_they_are() -> None:
+    assert printed(False, Output(0, "stdout", "step 1\n"), Output(None, "stderr", "note\n"), Output(1, "stdout", "hidden\n")) == [
+        ("stdout", "step 1\n"),
+        ("stderr", "note\n"),
+    ]
+
+
+def test_other_ranks_are_prefixed_line_by_line_across_chunks() -> None:
+    assert printed(True, Output(1, "stdout", "a\nb"), Output(1, "stdout", "c\n"), Output(2, "stderr", "x\n")) == [
+        ("stdout", "[rank 1] a\n[rank 1] b"),
+        ("stdout", "c\n"),
+        ("stderr", "[rank 2] x\n"),
+    ]
+
+
+def test_other_events_print_nothing() -> None:
+    assert printed(True, Progress(0, 3, {"loss": 1.0})) == []

@@ -1,0 +1,248 @@
+"""A run on this machine: checks, the forked supervisor and its workers, their events, their ending.
+
+`Run` is the only owner of a run's state; its life (stops, kills, the
+timeout) is `FollowedRun`'s. One run at a time per kernel: TPU devices
+cannot be shared between two sets of workers.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Sequence
+from typing import ClassVar
+
+from tpu_nb.kernel.endings.run_ending import Died, Ending, Outcome, Stopped, collect, ending_of
+from tpu_nb.kernel.notebook.cell_output import OutputPrinter, Write, write_to_sys
+from tpu_nb.kernel.planning.options import LaunchOptions
+from tpu_nb.kernel.planning.preflight import check_can_launch
+from tpu_nb.kernel.progress.display import make_display
+from tpu_nb.kernel.run import warm_imports
+from tpu_nb.kernel.run.followed_run import FollowedRun, RunObserver
+from tpu_nb.kernel.run.processes import TERMINATE_GRACE, WorkerProcesses
+from tpu_nb.kernel.stalls.watch import StallWatch
+from tpu_nb.kernel.tpu.chip_usage import ChipUsagePoller, metrics_addresses, rank_chip_text, tpu_info_installed, usage_for_rank, usage_text
+from tpu_nb.runtime import RuntimeInfo, detect
+from tpu_nb.wire.events import ChipFigures, Event, Notice, Stalled, Stopping, WorkerRaised, WorkerStarted
+from tpu_nb.wire.shared_memory_stop import StopRequest
+from tpu_nb.wire.stacks import StackReport
+from tpu_nb.workers import chip_ranks
+from tpu_nb.workers.chip_ranks import ChipRun
+from tpu_nb.workers.programs import Program, uses_trainer
+
+
+class _EventFacts:
+    """What the kernel learns about the workers from their events."""
+
+    def __init__(self) -> None:
+        self.ranks_by_pid: dict[int, int] = {}
+        self.world_size: int | None = None
+        self.first_raising_rank: int | None = None
+        self.last_step: int | None = None  # rank 0's
+        self.stopping_step: int | None = None  # where rank 0 stopped gracefully
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, WorkerStarted):
+            self.ranks_by_pid[event.pid] = event.rank
+            self.world_size = event.world_size
+        elif isinstance(event, WorkerRaised) and self.first_raising_rank is None:
+            self.first_raising_rank = event.rank
+        elif isinstance(event, Stopping) and event.rank == 0:
+            self.stopping_step = event.step
+        step = getattr(event, "step", None)
+        if step is not None and getattr(event, "rank", None) == 0:
+            self.last_step = step
+
+
+def _chip_poller(info: RuntimeInfo, devices: int, spmd: bool) -> tuple[ChipUsagePoller, int] | None:
+    """On a TPU where tpu-info is installed: the chips' figures, read from each worker process's libtpu (started after the fork)."""
+    if info.tpu is None or not tpu_info_installed():
+        return None
+    per_process = devices if spmd else info.tpu.devices_per_chip  # torch_xla: a process per chip; SPMD: one for all
+    poller = ChipUsagePoller(metrics_addresses(max(devices // per_process, 1)), devices_per_chip=info.tpu.devices_per_chip)
+    return poller.start(), per_process
+
+
+class Run(FollowedRun):
+    """One launch on this machine, from its checks to its ending."""
+
+    _alive: ClassVar[Run | None] = None
+
+    def __init__(
+        self,
+        program: Program,
+        options: LaunchOptions,
+        title: str,
+        observers: Sequence[RunObserver] = (),
+        write: Write = write_to_sys,
+    ) -> None:
+        super().__init__(options, title, observers, write)
+        self.program = program
+        self._processes = WorkerProcesses()
+        self._facts = _EventFacts()
+        self._stop_request: StopRequest | None = None
+        self._stalls: StallWatch | None = None
+        self._chips: tuple[ChipUsagePoller, int] | None = None  # on a TPU with tpu-info: the poller, and devices per process
+        self._chips_shown = 0  # the poller's generation last put on the worker rows
+        self._mode_reason = ""  # why a TorchTPU run has its execution mode, for the dashboard
+
+    @classmethod
+    def alive(cls) -> str | None:
+        """The title of the run alive in this kernel, if any."""
+        return None if cls._alive is None else cls._alive.title
+
+    def _start(self) -> None:
+        info = detect(stack=self.options.stack)
+        trainer = info.stack.chosen == "torch_tpu" and uses_trainer(self.program)
+        environment = check_can_launch(info, self.options, running=Run.alive(), trainer=trainer)
+        chips = self._chip_run(info, environment.devices, trainer)
+        for note in environment.notes:
+            self._write("stderr", note + "\n")
+        self._deadline = self.options.deadline_on(info)
+        if self.options.progress:
+            workers = 1 if self.options.spmd else environment.devices  # SPMD: one worker drives them all
+            label = info.label if chips is None else f"{info.label} · {chips.mode} ({self._mode_reason})"
+            self._display = make_display(self.title, label, workers)
+        shown_after: list[RunObserver] = [self._display] if self._display is not None else []
+        self._observers = [OutputPrinter(self.options.all_ranks_output, self._write), self._facts, *self._observers, *shown_after]
+        self._stop_request = StopRequest(environment.devices)
+        Run._alive = self
+        try:
+            mesh = self.options.mesh_for(environment.devices) if self.options.spmd else None
+            self._processes.start(
+                self.program,
+                environment,
+                self._stop_request,
+                self.options.all_results,
+                mesh,
+                doctor=self.options.doctor,
+                compile_cache=self.options.compile_cache_for(info),
+                checkpoints=self.options.checkpoints,
+                watchdog=self.options.watchdog,
+                chips=chips,
+            )
+        except BaseException:
+            Run._alive = None
+            raise
+        finally:
+            if chips is not None:
+                chips.release()  # the supervisor forked with its copy of the rendezvous's socket, or never will
+        assert self._processes.places is not None
+        self._chips = _chip_poller(info, environment.devices, self.options.spmd)
+        self._stalls = StallWatch(self._processes.places.run_dir, self.options.watchdog, chips=self._chip_text)
+        self._observers.insert(0, self._stalls)
+
+    def _chip_run(self, info: RuntimeInfo, chips: int, trainer: bool) -> ChipRun | None:
+        """A TorchTPU run's plan: a process per chip, in the mode asked for or the default for its code."""
+        if info.stack.chosen != "torch_tpu":
+            return None
+        mode = self.options.mode
+        if mode is not None:
+            self._mode_reason = "--mode"
+        else:
+            mode, self._mode_reason = ("eager", "a Trainer's default") if trainer else ("fused", "a loop's default")
+        assert info.tpu is not None  # checked: TorchTPU has no CPU mode
+        return ChipRun.plan(chip_ranks.TORCH_TPU, info.tpu.generation, chips, mode)
+
+    def _chip_text(self, rank: int) -> str | None:
+        if self._chips is None:
+            return None
+        poller, devices_per_process = self._chips
+        return rank_chip_text(poller.readings() or (), rank, devices_per_process)
+
+    def stacks(self) -> StackReport:
+        """Where every rank is now, with a verdict (any thread; takes up to a few seconds)."""
+        if self._stalls is None:
+            raise RuntimeError(f"{self.title} has not started its workers yet")
+        return self._stalls.report("asked for")
+
+    def _take_events(self, timeout: float) -> None:
+        assert self._stalls is not None
+        for event in self._processes.read(timeout):
+            self._deliver(event)
+            report = self._stalls.on_stall(event) if isinstance(event, Stalled) else None
+            if report is not None:
+                self._deliver(report)
+        silence = self._stalls.silent_process()
+        if silence is not None:
+            self._deliver(silence)
+        self._deliver_chip_figures()
+
+    def _deliver_chip_figures(self) -> None:
+        """Each rank's chip figures on its worker row, when the poller has read new ones."""
+        if self._chips is None or self._chips[0].generation == self._chips_shown:
+            return
+        poller, per_process = self._chips
+        self._chips_shown = poller.generation
+        readings = poller.readings()
+        for rank in sorted(self._facts.ranks_by_pid.values()):
+            usage = usage_for_rank(readings or (), rank, per_process)
+            if usage is not None:
+                self._deliver(ChipFigures(rank, usage if isinstance(usage, str) else usage_text(usage)))
+
+    def _ended_by_itself(self) -> bool:
+        if self._processes.exit_status is None:
+            return False
+        self._deliver_rest()
+        if self._processes.group_alive:
+            self._processes.end()  # processes a worker started and left behind
+        return True
+
+    def _worker_failed(self) -> bool:
+        return self._facts.first_raising_rank is not None
+
+    def _stop_reached(self) -> bool:
+        return self._facts.stopping_step is not None
+
+    def _ask_to_stop(self) -> None:
+        if self._stop_request is not None:
+            self._stop_request.request()
+
+    def _end_everything(self) -> None:
+        killed = self._processes.end(workers=list(self._facts.ranks_by_pid))
+        self._deliver_rest()
+        ranks = [f"rank {self._facts.ranks_by_pid[pid]} (pid {pid})" for pid in killed if pid in self._facts.ranks_by_pid]
+        if ranks:
+            text = f"{', '.join(ranks)} did not end on SIGTERM within {TERMINATE_GRACE:g}s: ended with SIGKILL"
+            self._write("stderr", f"tpu_nb: {text}.\n")
+            self._deliver(Notice(0, text))
+
+    def _ending(self) -> Ending:
+        return ending_of(self._outcome())
+
+    def _release(self) -> None:
+        if self._chips is not None:
+            self._chips[0].stop()
+        if self._processes.places is not None:
+            warm_imports.warm_up_after(self._processes.places.run_dir)  # for the next run's start
+        self._processes.close()
+        if Run._alive is self:
+            Run._alive = None
+
+    def _outcome(self) -> Outcome:
+        seconds = self._seconds
+        if self._stop_reason is not None:
+            return Stopped(self._stop_reason, seconds, self._facts.last_step)
+        facts = self._facts
+        ranks = list(range(facts.world_size or 1)) if self.options.all_results else [0]
+        # None only if the supervisor could not be reaped even after SIGKILL
+        # (stuck in uninterruptible I/O on a device): say it was killed.
+        exit_status = self._processes.exit_status
+        exit_status = -signal.SIGKILL if exit_status is None else exit_status
+        assert self._processes.places is not None
+        outcome = collect(
+            self._processes.places.run_dir,
+            facts.ranks_by_pid,
+            facts.first_raising_rank,
+            exit_status,
+            ranks,
+            seconds,
+            facts.stopping_step,
+            self._stopped_by,
+        )
+        if isinstance(outcome, Died):
+            self._processes.keep = outcome.kept
+        return outcome
+
+    def _deliver_rest(self) -> None:
+        for event in self._processes.read_rest():
+            self._deliver(event)
