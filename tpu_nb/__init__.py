@@ -1,13 +1,19 @@
 """tpu_nb: fine-tune Hugging Face transformers on TPUs from a notebook.
 
-`%load_ext tpu_nb` registers `%tpu_info` and `%%tpu_train`. Importing this
-package is cheap on purpose: every forked TPU worker imports it too, so
-IPython, ipywidgets, torch and torch_xla are only imported where used.
+`%load_ext tpu_nb` registers the magics: `%tpu_info`, `%%tpu_train`,
+`%%tpu_prepare`, `%tpu_checkpoints`, `%tpu_release` and `%tpu_picker`. From
+Python: `tpu_nb.launch`, `tpu_nb.report`, `tpu_nb.pod.launch`,
+`tpu_nb.checkpoint`, `tpu_nb.spmd`, `tpu_nb.picker`. Importing this package
+is cheap on purpose: every forked TPU worker imports it too, so IPython,
+ipywidgets, torch and torch_xla are only imported where used (the options'
+declaration, read here for `launch`'s signature, is plain Python).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from tpu_nb.kernel.planning.declared_options import declare
 
 __version__ = "0.1.0"
 
@@ -37,10 +43,26 @@ def unload_ipython_extension(ipython: InteractiveShell) -> None:
 
 
 def launch(fn: Any, *args: Any, **options: Any) -> Any:
-    """Run `fn(*args)` on every XLA device; see `tpu_nb.kernel.launching.launch`."""
+    """Run `fn(*args)` in a worker per XLA device (forked: no pickling) and return rank 0's result.
+
+    With `background=True`, return at once a `BackgroundRun` handle (`status`,
+    `wait()`, `stop()`, `kill()`, `metrics`, `result`, `stacks()`), with the
+    same dashboard and Stop/Kill buttons as `%%tpu_train --background`.
+    An interrupt stops gracefully: `report(...)` raises `StopTraining` in
+    `fn` at the next step every rank reaches (waiting as long as the run's
+    longest steps take, at least `stop_grace` seconds; else every worker is
+    terminated); a second interrupt stops at once.
+    Raises `LaunchRefused` (nothing started) with what to fix, `WorkerError`
+    with the worker's traceback if `fn` raised, `WorkerDied`,
+    `TrainingInterrupted`, `TrainingTimedOut`, or `NotReturned` when the
+    value cannot come back from the worker.
+    """
     from tpu_nb.kernel.launching import launch as _launch
 
     return _launch(fn, *args, **options)
+
+
+declare("launch", launch)
 
 
 def report(step: int | None = None, loss: Any = None, **metrics: Any) -> None:
@@ -62,6 +84,8 @@ _LAZY = {
     "StopTraining": "tpu_nb.workers.reporting",
     "BackgroundRun": "tpu_nb.kernel.run.background",
     "LaunchRefused": "tpu_nb.kernel.endings.notebook_errors",
+    "NotReturned": "tpu_nb.kernel.endings.notebook_errors",
+    "RunEnded": "tpu_nb.kernel.endings.notebook_errors",
     "WorkerError": "tpu_nb.kernel.endings.notebook_errors",
     "WorkerDied": "tpu_nb.kernel.endings.notebook_errors",
     "TrainingInterrupted": "tpu_nb.kernel.endings.notebook_errors",

@@ -14,74 +14,46 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tpu_nb.kernel.planning.declared_options import declare
+
 if TYPE_CHECKING:
     from tpu_nb.kernel.pod.api import PodResult
+    from tpu_nb.kernel.run.background import BackgroundRun
     from tpu_nb.wire.run_directory import RunDirectory
 
 
-def launch(
-    train: str | Callable[[], Any],
-    pod: str,
-    *,
-    backend: str = "auto",
-    zone: str | None = None,
-    project: str | None = None,
-    accelerator: str | None = None,
-    image: str | None = None,
-    run_dir: str = "tpu_nb_pod_runs",
-    namespace: str = "default",
-    kill_stale: bool = False,
-    returns: tuple[str, ...] = (),
-    spmd: bool = False,
-    mesh: str | None = None,
-    doctor: bool = True,
-    compile_cache: str | None = None,
-    timeout: float | None = None,
-    progress: bool = True,
-    stop_grace: float = 5.0,
-    all_ranks_output: bool = False,
-    prepared: bool = True,
-) -> PodResult | RunDirectory:
+def launch(train: str | Callable[[], Any], pod: str, **options: Any) -> PodResult | BackgroundRun | RunDirectory:
     """Run `train` on every host of the TPU slice `pod` and return rank 0's value and `returns`, as a `PodResult`.
 
-    `backend`: "gcloud" (a TPU VM slice named `pod`), "gke" (a JobSet named
-    after `pod`, with `image`, `accelerator` and a gs:// `run_dir`), "export"
-    (write the run directory and print the commands; returns the
-    `RunDirectory`), or "auto" (gke with an image, else gcloud). `prepared`:
-    run the notebook's `%%tpu_prepare` cells first on every host. An interrupt
-    stops every host gracefully at the same step; a second one ends them.
-    A tpu_nb run still running on the slice is refused, naming it and the
-    command that ends it, unless `kill_stale` (then it is ended first).
-    Raises `LaunchRefused` (nothing started) with what to fix, or what
-    `tpu_nb.launch` raises when the run fails.
+    `train` is the training code, or a function whose source is sent and
+    called. An interrupt stops every host gracefully at the same step; a
+    second one ends them. With `background=True`, a `BackgroundRun` handle at
+    once (its `result` is the `PodResult`); with `backend="export"`, the
+    written `RunDirectory` (its commands are printed). A tpu_nb run still
+    running on the slice is refused, naming it and the command that ends it,
+    unless `kill_stale` (then it is ended first). Raises `LaunchRefused`
+    (nothing started) with what to fix, what `tpu_nb.launch` raises when the
+    run fails, or `NotReturned` when a name in `returns` did not come back.
     """
+    from tpu_nb.kernel.planning.declared_options import check_keywords, given
     from tpu_nb.kernel.planning.options import LaunchOptions
     from tpu_nb.kernel.pod.api import launch_function
     from tpu_nb.kernel.pod.recording import RECORDED
     from tpu_nb.kernel.pod.slice_checks import PodTarget
 
-    options = LaunchOptions.from_user(
-        timeout=timeout,
-        all_ranks_output=all_ranks_output,
-        progress=progress,
-        stop_grace=stop_grace,
-        spmd=spmd,
-        mesh=mesh,
-        doctor=doctor,
-        compile_cache=compile_cache,
+    check_keywords("tpu_nb.pod.launch", "pod_launch", options)
+    call = given("pod_launch", "call", options)
+    return launch_function(
+        train,
+        PodTarget(name=pod, **given("pod_launch", "pod", options)),
+        LaunchOptions.from_user(**given("pod_launch", "run", options)),
+        tuple(call["returns"]),
+        RECORDED.cells() if call["prepared"] else (),
+        background=call["background"],
     )
-    target = PodTarget(
-        name=pod,
-        backend=backend,  # type: ignore[arg-type]  # checked with the other options: a wrong one is refused by name
-        zone=zone,
-        project=project,
-        accelerator=accelerator,
-        image=image,
-        run_dir=run_dir,
-        namespace=namespace,
-        kill_stale=kill_stale,
-    )
-    return launch_function(train, target, options, tuple(returns), RECORDED.cells() if prepared else ())
+
+
+declare("pod_launch", launch)
 
 
 def results(run_dir: str | os.PathLike[str], *, weights_only: bool = False) -> PodResult:

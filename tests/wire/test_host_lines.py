@@ -73,6 +73,7 @@ MALFORMED = [
     '{"host":0,"origin":"","type":"NoSuchEvent","fields":{}}',
     '{"host":0,"origin":"","type":"HostEnded","fields":[]}',
     '{"host":0,"origin":5,"type":"HostEnded","fields":{"status":"done"}}',
+    '{"host":0,"type":"HostEnded","fields":{"status":"finished"}}',  # not one of a host's ends
     "not json at all",
     "[1, 2, 3]",
 ]

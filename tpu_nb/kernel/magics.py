@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -17,10 +18,11 @@ from tpu_nb.kernel.notebook.cell_output import write_to_sys
 from tpu_nb.kernel.notebook.cell_source import cache_as_written, running_cell_number
 from tpu_nb.kernel.notebook.returns import hand_back, hand_back_later
 from tpu_nb.kernel.planning.checkpoint_plans import describe_checkpoints
+from tpu_nb.kernel.planning.declared_options import Option, Surface, given, options_of
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.cell_checks import PREPARE_MAGIC, check_names_recorded, check_plain_python, pod_program
 from tpu_nb.kernel.pod.recording import RECORDED
-from tpu_nb.kernel.pod.slice_checks import BACKENDS, DEFAULT_RUNS_DIR, PodTarget
+from tpu_nb.kernel.pod.slice_checks import PodTarget
 from tpu_nb.kernel.pod.starting import launch_pod, start_pod_in_background
 from tpu_nb.kernel.run import warm_imports
 from tpu_nb.kernel.run.background import BackgroundRun, start_in_background
@@ -32,6 +34,40 @@ from tpu_nb.runtime import RuntimePanel, SystemView, detect
 from tpu_nb.runtime.system import installed_version
 from tpu_nb.wire.run_directory import Cell
 from tpu_nb.workers.programs import CellProgram, compile_cell
+
+
+def declared_arguments(surface: Surface) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The magic's arguments, one per option `surface` takes, from the options' declaration (`declared_options`)."""
+
+    def add(magic: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options_of(surface)):  # the last decorator applied is the first argument
+            magic = argument(option.flag, dest=option.name, **_parser_settings(option, surface))(magic)
+        return magic
+
+    return add
+
+
+def _parser_settings(option: Option, surface: Surface) -> dict[str, Any]:
+    """How argparse reads an option: a switch, a list, an optional value, or a typed value; its help as the magic spells it."""
+    help_text = option.help_for(surface)
+    if option.default not in (None, False, True, ()):
+        help_text += f" Default: {option.default}."
+    settings: dict[str, Any] = {"help": help_text.replace("%", "%%")}  # argparse formats its help with %
+    if option.kind is bool:
+        settings["action"] = "store_false" if option.default else "store_true"
+        if option.default:
+            settings["help"] = "Turn off " + settings["help"][0].lower() + settings["help"][1:]
+        return settings
+    settings.update(default=option.default, metavar=option.metavar, choices=option.choices)
+    if option.kind is list:
+        settings.update(nargs="+", default=list(option.default))
+    elif option.optional_value is not None:
+        settings.update(nargs="?", const=option.optional_value)
+    elif option.kind is not str:
+        settings["type"] = option.kind
+    if option.choices is not None:
+        settings.pop("metavar")
+    return settings
 
 
 @magics_class
@@ -104,121 +140,7 @@ class TpuMagics(Magics):
         return picker(self.shell)
 
     @magic_arguments()
-    @argument("--cores", type=int, metavar="N", help="Use N XLA devices instead of all of them.")
-    @argument("--timeout", type=float, metavar="SECONDS", help="Stop every worker after SECONDS, like an interrupt.")
-    @argument(
-        "--return",
-        dest="return_names",
-        nargs="+",
-        default=[],
-        metavar="NAME",
-        help="Copy these variables from rank 0 into the notebook afterwards; "
-        "a torch module already in the notebook is updated in place with the trained weights.",
-    )
-    @argument("--all-ranks-output", action="store_true", help="Show what every rank prints, prefixed with its rank.")
-    @argument("--no-progress", action="store_true", help="Do not show the live progress display.")
-    @argument(
-        "--stop-grace",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="After an interrupt (or .stop()), wait at least this long for the workers to reach a step boundary "
-        "before terminating them (default 5; a run whose steps, evaluations, saves or compilations take longer is waited for "
-        "as long as they take, learned as it runs).",
-    )
-    @argument(
-        "--spmd",
-        action="store_true",
-        help="One worker drives every device and the compiler shards the program (FSDPv2): for models too big for one core. "
-        "The cell also gets `mesh`; an unchanged Trainer shards its parameters along the mesh's fsdp axis.",
-    )
-    @argument("--mesh", metavar="AXES", help="With --spmd: the device mesh, e.g. fsdp=4,tensor=2 (default: every device on fsdp).")
-    @argument(
-        "--no-doctor",
-        action="store_true",
-        help="Turn the XLA doctor off (compilation causes and places, host syncs, CPU fallbacks, input waits).",
-    )
-    @argument(
-        "--compile-cache",
-        metavar="DIR",
-        help="Keep XLA's compiled programs in DIR (one subdirectory per rank), so a rerun skips compiling; "
-        "'off' for none (default: a working directory on Colab's and Kaggle's TPUs).",
-    )
-    @argument(
-        "--pod",
-        metavar="NAME",
-        help="Run on a TPU pod slice instead: the %%%%tpu_prepare cells and this one become train.py, started on every host. "
-        "NAME is the TPU VM (gcloud) or the JobSet's name (GKE).",
-    )
-    @argument(
-        "--backend", choices=BACKENDS, default="auto", help="With --pod: gcloud, gke or export (default: gke with --image, else gcloud)."
-    )
-    @argument("--zone", help="With --pod: the TPU VM's zone (default: gcloud's configured zone).")
-    @argument("--project", help="With --pod: the Google Cloud project (default: gcloud's configured project).")
-    @argument("--accelerator", metavar="TYPE", help="With --pod on GKE or export: the slice, e.g. v5litepod-16.")
-    @argument("--image", help="With --pod on GKE: the container image with torch, torch_xla and your cells' libraries.")
-    @argument(
-        "--run-dir",
-        default=DEFAULT_RUNS_DIR,
-        metavar="DIR",
-        help=f"With --pod: where each run's directory is written: a local directory (default {DEFAULT_RUNS_DIR}) or gs://BUCKET/PATH.",
-    )
-    @argument("--namespace", default="default", help="With --pod on GKE: the Kubernetes namespace.")
-    @argument(
-        "--pod-kill-stale",
-        action="store_true",
-        help="With --pod: end a tpu_nb run still running on the slice (left by a kernel that died) instead of refusing to start.",
-    )
-    @argument(
-        "--checkpoint",
-        metavar="DIR",
-        help="Save the run's state to DIR (a local path, a Drive mount, /kaggle/working or gs://...): a Trainer through its own "
-        "checkpointing, a loop what tpu_nb.checkpoint.track() names; each checkpoint is reloaded and checked before it counts.",
-    )
-    @argument(
-        "--every", metavar="WHEN", help="With --checkpoint: how often, e.g. 500steps or 15m (default 15m); always when the run stops."
-    )
-    @argument("--keep", type=int, default=2, metavar="N", help="With --checkpoint: keep the N newest verified checkpoints (default 2).")
-    @argument(
-        "--budget",
-        metavar="SIZE",
-        help="With --checkpoint: all checkpoints take at most SIZE (e.g. 15GB; the newest is always kept). "
-        "Default under /kaggle/working: 15GB of the 20GB Kaggle keeps.",
-    )
-    @argument(
-        "--resume",
-        nargs="?",
-        const=True,
-        metavar="DIR",
-        help="Continue from the newest verified checkpoint in DIR (default: --checkpoint's).",
-    )
-    @argument(
-        "--deadline",
-        metavar="WHEN",
-        help="Stop gracefully, with a checkpoint, before WHEN: a duration (8h30m) or a clock time (21:00). "
-        "On Kaggle's TPU the default is the session's end.",
-    )
-    @argument(
-        "--watchdog",
-        metavar="SECONDS|off",
-        help="When a rank has not moved for SECONDS (default: 5x the median step, at least 60s), show where every rank is "
-        "(the lines of your cells, the call they wait in) and what to do; 'off' turns it off.",
-    )
-    @argument(
-        "--stack",
-        choices=("auto", "torch_xla", "torch_tpu"),
-        default="auto",
-        help="The TPU stack: torch_xla (PyTorch/XLA) or torch_tpu (TorchTPU, a process per chip); default: the one that works "
-        "with the installed torch (%%tpu_info says which and why).",
-    )
-    @argument(
-        "--mode",
-        choices=("eager", "fused", "compile"),
-        help="On TorchTPU: eager (each op as called), fused (lazy: one program per step, like torch_xla) or compile "
-        "(torch.compile(backend='tpu'): a Trainer's torch_compile, or your own call). Default: fused for a loop, eager for a Trainer.",
-    )
-    @argument("--background", action="store_true", help="Return at once with a run handle; the notebook stays free while it trains.")
-    @argument("--name", default="run", metavar="NAME", help="With --background: bind the run's handle to NAME (default: run).")
+    @declared_arguments("cell")
     @cell_magic
     def tpu_train(self, line: str, cell: str) -> Any:
         """Run this cell on every TPU core (one XLA:CPU worker off-TPU), through xmp.spawn with fork.
@@ -233,31 +155,12 @@ class TpuMagics(Magics):
         args = parse_argstring(self.tpu_train, line)
         if not args.name.isidentifier():
             raise UsageError(f"--name {args.name}: give a Python identifier to bind the run's handle to.")
-        options = LaunchOptions.from_user(
-            cores=args.cores,
-            timeout=args.timeout,
-            all_ranks_output=args.all_ranks_output,
-            progress=not args.no_progress,
-            stop_grace=args.stop_grace,
-            spmd=args.spmd,
-            mesh=args.mesh,
-            doctor=not args.no_doctor,
-            compile_cache=args.compile_cache,
-            checkpoint=args.checkpoint,
-            every=args.every,
-            keep=args.keep,
-            budget=args.budget,
-            resume=args.resume,
-            deadline=args.deadline,
-            watchdog=args.watchdog,
-            stack=args.stack,
-            mode=args.mode,
-        )
+        options = LaunchOptions.from_user(**given("cell", "run", vars(args)))
         if options.checkpoints is not None:
             self.last_checkpoints = options.checkpoints.directory
         if args.pod is not None:
             return self._train_on_pod(args, line, cell, options)
-        program = self._compile(line, cell, tuple(args.return_names))
+        program = self._compile(line, cell, tuple(args.returns))
         if args.background:
             finish = hand_back_later(self._shell.user_ns, program.return_names, args.name)
             return self._bound(args.name, start_in_background(program, options, args.name, finish))
@@ -296,18 +199,9 @@ class TpuMagics(Magics):
         self._compile(line, cell, ())  # a syntax error is shown as in any cell, and nothing starts
         name = f"In [{running_cell_number(shell)}]"
         check_names_recorded(RECORDED.cells(), Cell(name, "", cell), shell.user_ns)
-        program = pod_program(RECORDED.cells(), name, line, cell, tuple(args.return_names), options)
-        target = PodTarget(
-            name=args.pod,
-            backend=args.backend,
-            zone=args.zone,
-            project=args.project,
-            accelerator=args.accelerator,
-            image=args.image,
-            run_dir=args.run_dir,
-            namespace=args.namespace,
-            kill_stale=args.pod_kill_stale,
-        )
+        program = pod_program(RECORDED.cells(), name, line, cell, tuple(args.returns), options)
+        pod_options = given("cell", "pod", vars(args))
+        target = PodTarget(name=pod_options.pop("pod"), **pod_options)
         if args.background:
             finish = hand_back_later(shell.user_ns, program.return_names, args.name)
             handle = start_pod_in_background(program, target, options, args.name, finish)

@@ -22,7 +22,7 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from tpu_nb.wire.events import (
     CheckpointSaved,
@@ -49,11 +49,16 @@ MAX_LINE_BYTES = 1 << 20
 _MAX_HOST = 1 << 16
 
 
+HostEnd = Literal["done", "raised", "died", "refused"]
+"""How a host's `train.py` ended: its part ran, its code raised (its ExceptionReport came first), a worker died without a
+Python exception, or it refused to start (a check on the host failed)."""
+
+
 @dataclass(frozen=True, slots=True)
 class HostEnded:
-    """A host's `train.py` is about to exit: "done", "raised" (its ExceptionReport came first), "died" or "refused"."""
+    """A host's `train.py` is about to exit, and how."""
 
-    status: str
+    status: HostEnd
     detail: str | None = None
 
 
@@ -140,6 +145,10 @@ def _convert(value: Any, hint: Any) -> Any:
             except _Malformed:
                 continue
         raise _Malformed(f"{value!r} is not {hint}")
+    if origin is Literal:
+        if value in args:
+            return value
+        raise _Malformed(f"{value!r} is not one of {args}")
     if hint is type(None) and value is None:
         return None
     if hint is bool and isinstance(value, bool):

@@ -103,7 +103,7 @@ def test_a_pod_run_copies_starts_and_returns_like_a_local_run_in_private_directo
     run_name = shlex.split(command.removeprefix("--command="))[1].split("/")[1]
     for host in range(pod.hosts):  # every host got the run directory, and ran it
         run_dir = pod.home(host) / "tpu_nb_runs" / run_name
-        assert (run_dir / "train.py").exists() and (run_dir / "tpu_nb" / "workers" / "host.py").exists()
+        assert (run_dir / "train.py").exists() and (run_dir / "tpu_nb" / "workers" / "pod_host.py").exists()
         assert (run_dir / "results" / "result-0.json").exists()
     assert any("scp" in call and "--worker=0" in call and f"my-slice:tpu_nb_runs/{run_name}/results" in call for call in calls)
     assert copy
@@ -390,11 +390,11 @@ def test_a_run_still_running_on_the_slice_is_refused_with_its_command_or_ended_o
         assert isinstance(result.error_in_exec, LaunchRefused)
         assert "a tpu_nb run is still running on my-slice: my-slice-1201-101010" in message
         assert "gcloud compute tpus tpu-vm ssh my-slice --worker=all '--command=cd tpu_nb_runs/my-slice-1201-101010" in message
-        assert "--pod-kill-stale" in message and left.poll() is None
+        assert "--kill-stale" in message and left.poll() is None
         assert not any("scp" in call for call in pod.calls())  # nothing was copied
-        result, captured = run_cell(ip, "%%tpu_train --pod my-slice --no-progress --pod-kill-stale\n1 + 1")
+        result, captured = run_cell(ip, "%%tpu_train --pod my-slice --no-progress --kill-stale\n1 + 1")
         assert result.success and result.result == 2, result.error_in_exec
-        assert "ended the run my-slice-1201-101010 that was still running on my-slice (--pod-kill-stale)" in captured.stderr
+        assert "ended the run my-slice-1201-101010 that was still running on my-slice (--kill-stale)" in captured.stderr
         assert wait_until(lambda: left.poll() is not None, 10)
     finally:
         left.kill()

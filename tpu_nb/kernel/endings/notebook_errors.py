@@ -1,17 +1,45 @@
-"""Exceptions a launch raises in the notebook, each rendered without noise."""
+"""Exceptions a launch raises in the notebook, each rendered without noise.
+
+The Python API raises tpu_nb's own classes, never IPython's `UsageError`
+itself: `LaunchRefused` when nothing started (built by `refused`, which writes
+its header), `NotReturned` when a run ended but part of what it was to hand
+back did not come back, `RunEnded` when a handle is asked what only a live
+run can answer. The magics show them as IPython shows a `UsageError`.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from IPython.core.error import UsageError
 
 
-class LaunchRefused(UsageError):
-    """Nothing was started: the message says what to fix first."""
+class _Explained(UsageError):
+    """A mistake the message explains, with its fix: shown without a traceback."""
 
     def _render_traceback_(self) -> list[str]:
         # IPython prints only its exact UsageError class without a traceback;
         # a subclass would show tpu_nb's own frames (IPython 7.34 to 9).
-        return [f"LaunchRefused: {self}"]
+        return [f"{type(self).__name__}: {self}"]
+
+
+class LaunchRefused(_Explained):
+    """Nothing was started: the message says what to fix first."""
+
+
+def refused(problems: str | Iterable[str], *, pod: bool = False, by: str = "tpu_nb") -> LaunchRefused:
+    """The one way a refusal is worded: "tpu_nb did not start the run:" then each problem with its fix."""
+    listed = [problems] if isinstance(problems, str) else list(problems)
+    run = "the pod run" if pod else "the run"
+    return LaunchRefused(f"{by} did not start {run}:\n" + "\n".join(f"- {problem}" for problem in listed))
+
+
+class NotReturned(_Explained):
+    """The run ended, but part of what it was to hand back did not come back: which, why, and what to do."""
+
+
+class RunEnded(_Explained):
+    """A run's handle was asked what only a live run can answer (where its ranks are)."""
 
 
 class WorkerError(Exception):

@@ -11,8 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from IPython.core.error import UsageError
-
+from tpu_nb.kernel.endings.notebook_errors import NotReturned
 from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.run.background import Finish, Handback
@@ -71,7 +70,7 @@ def apply_returns(result: RankResult, namespace: dict[str, Any], unless_rebound:
     )
 
 
-def report_returns(applied: AppliedReturns, write: Write) -> UsageError | None:
+def report_returns(applied: AppliedReturns, write: Write) -> NotReturned | None:
     """Say what came back; a missing, unpicklable or lost `--return` name (or value) is a usage error (returned, to raise)."""
     for name in applied.updated_in_place:
         write("stdout", f"tpu_nb: updated `{name}` in place with rank 0's trained weights.\n")
@@ -79,7 +78,7 @@ def report_returns(applied: AppliedReturns, write: Write) -> UsageError | None:
     problems += [f"--return {detail}" for detail in applied.not_transferable]
     problems += list(applied.lost)
     if problems:
-        return UsageError("\n".join(problems) + "\nEverything else was returned.")
+        return NotReturned("\n".join(problems) + "\nEverything else was returned.")
     return None
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import ipywidgets as widgets
-from IPython.core.error import UsageError
 from IPython.display import display
+
+from tpu_nb.kernel.endings.notebook_errors import RunEnded
 
 
 class StopButtons:
@@ -32,7 +33,7 @@ class StopButtons:
     def _show_stacks(self, stacks: Callable[[], object]) -> None:
         try:
             report = stacks()
-        except UsageError as error:  # the run ended meanwhile
+        except RunEnded as error:  # the run ended meanwhile
             self.write("stderr", f"{error}\n")
             return
         self.write("stdout", f"Where are they? {report}\n")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
+from tpu_nb.kernel.endings.notebook_errors import refused
 from tpu_nb.wire.checkpoints import (
     CheckpointError,
     CheckpointPlan,
@@ -126,4 +126,4 @@ def _nothing_to_resume(directory: str) -> str:
 
 def _refuse_if(problems: list[str]) -> None:
     if problems:
-        raise LaunchRefused("tpu_nb did not start the run:\n" + "\n".join(f"- {problem}" for problem in problems))
+        raise refused(problems)

@@ -11,7 +11,7 @@ import datetime
 import time
 from dataclasses import dataclass
 
-from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
+from tpu_nb.kernel.endings.notebook_errors import refused
 from tpu_nb.runtime import Accelerator, Platform, RuntimeInfo
 from tpu_nb.wire.checkpoints import CheckpointError, parse_deadline
 
@@ -72,7 +72,7 @@ def deadline_for(text: str | None, info: RuntimeInfo | None, now: float | None =
         try:
             at = parse_deadline(text, datetime.datetime.fromtimestamp(now).astimezone())
         except CheckpointError as error:
-            raise LaunchRefused(f"tpu_nb did not start the run:\n- {error}") from None
+            raise refused(str(error)) from None
         return Deadline(at.timestamp(), session_end=False)
     if info is not None and info.platform is Platform.KAGGLE and info.accelerator is Accelerator.TPU and info.started_at is not None:
         return Deadline(info.started_at + KAGGLE_SESSION_HOURS * 3600, session_end=True)

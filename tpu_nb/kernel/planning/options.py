@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
+from tpu_nb.kernel.endings.notebook_errors import refused
 from tpu_nb.kernel.planning.checkpoint_plans import plan_checkpoints
 from tpu_nb.kernel.planning.deadlines import Deadline, deadline_for
+from tpu_nb.kernel.planning.declared_options import OPTION_NAMED, OPTIONS
 from tpu_nb.runtime import Accelerator, Platform, RuntimeInfo
 from tpu_nb.runtime.info import STACK_NAMES, StackName
 from tpu_nb.wire.checkpoints import CheckpointError, CheckpointPlan, parse_duration
@@ -14,6 +16,7 @@ from tpu_nb.wire.mesh import MeshError, MeshShape
 from tpu_nb.wire.stacks import WatchdogSetting
 from tpu_nb.workers.chip_ranks import EXECUTION_MODES, ExecutionMode
 
+RUN_OPTION_NAMES = frozenset(option.name for option in OPTIONS if option.part == "run")
 NO_COMPILE_CACHE = "off"
 WATCHDOG_OFF = "off"
 
@@ -36,7 +39,7 @@ class LaunchOptions:
     """Show the live progress display."""
     all_results: bool = False
     """Return every rank's result (a list by rank) instead of rank 0's."""
-    stop_grace: float = 5.0
+    stop_grace: float = OPTION_NAMED["stop_grace"].default
     """After a graceful stop request, the least time to wait for the workers to reach a step boundary (longer steps are learned)."""
     spmd: bool = False
     """One worker process drives every device, and the compiler shards the program (SPMD)."""
@@ -58,57 +61,39 @@ class LaunchOptions:
     """--mode, on TorchTPU: eager, fused or compile (None: fused for a hand-written loop, eager for a Trainer)."""
 
     @classmethod
-    def from_user(
-        cls,
-        *,
-        cores: int | None = None,
-        timeout: float | None = None,
-        all_ranks_output: bool = False,
-        progress: bool = True,
-        all_results: bool = False,
-        stop_grace: float = 5.0,
-        spmd: bool = False,
-        mesh: str | None = None,
-        doctor: bool = True,
-        compile_cache: str | None = None,
-        checkpoint: str | None = None,
-        every: str | None = None,
-        keep: int = 2,
-        budget: str | None = None,
-        resume: str | bool | None = None,
-        deadline: str | None = None,
-        watchdog: str | float | None = None,
-        stack: str | None = None,
-        mode: str | None = None,
-    ) -> LaunchOptions:
-        """The options as the user typed them (the mesh as text, "fsdp=4,tensor=2"); `LaunchRefused` when one cannot be read.
+    def from_user(cls, **given: Any) -> LaunchOptions:
+        """The run's options as the user gave them (`declared_options`: names, defaults, what each means).
 
-        `resume`: True (or "") for --checkpoint's directory, or a directory; `deadline`: "8h30m" from now, or "21:00";
-        `budget`: "15GB", what all checkpoints may take; `watchdog`: seconds ("90", "2m"), "off", or None to learn it.
+        `LaunchRefused` when one cannot be read: the mesh as text ("fsdp=4,tensor=2"), `resume` True (or "") for
+        `checkpoint`'s directory or a directory, `deadline` "8h30m" from now or "21:00", `budget` "15GB", `watchdog`
+        seconds ("90", "2m"), "off", or None to learn it.
         """
+        unknown = set(given) - RUN_OPTION_NAMES
+        if unknown:
+            raise TypeError(f"LaunchOptions.from_user() got options that are not a run's: {sorted(unknown)}")
+        value = {option.name: given.get(option.name, option.default) for option in OPTIONS if option.part == "run"}
         try:
-            mesh_shape = None if mesh is None else MeshShape.parse(mesh)
+            mesh_shape = None if value["mesh"] is None else MeshShape.parse(value["mesh"])
         except MeshError as error:
-            raise LaunchRefused(f"tpu_nb did not start the run:\n- {error}") from None
-        checkpoints = plan_checkpoints(checkpoint, every, keep, resume, budget)
-        deadline_at = None if deadline is None else deadline_for(deadline, None)
-        watchdog_setting = _watchdog_setting(watchdog)
+            raise refused(str(error)) from None
+        checkpoints = plan_checkpoints(value["checkpoint"], value["every"], value["keep"], value["resume"], value["budget"])
+        deadline_at = None if value["deadline"] is None else deadline_for(value["deadline"], None)
         return cls(
-            cores=cores,
-            timeout=timeout,
-            all_ranks_output=all_ranks_output,
-            progress=progress,
-            all_results=all_results,
-            stop_grace=stop_grace,
-            spmd=spmd,
+            cores=value["cores"],
+            timeout=value["timeout"],
+            all_ranks_output=value["all_ranks_output"],
+            progress=value["progress"],
+            all_results=value["all_results"],
+            stop_grace=value["stop_grace"],
+            spmd=value["spmd"],
             mesh=mesh_shape,
-            doctor=doctor,
-            compile_cache=compile_cache,
+            doctor=value["doctor"],
+            compile_cache=value["compile_cache"],
             checkpoints=checkpoints,
             deadline=deadline_at,
-            watchdog=watchdog_setting,
-            stack=_stack_named(stack),
-            mode=_mode_named(mode),
+            watchdog=_watchdog_setting(value["watchdog"]),
+            stack=_stack_named(value["stack"]),
+            mode=_mode_named(value["mode"]),
         )
 
     def deadline_on(self, info: RuntimeInfo) -> Deadline | None:
@@ -152,7 +137,7 @@ def _stack_named(value: str | None) -> StackName | None:
     for name in STACK_NAMES:
         if value == name:
             return name
-    raise LaunchRefused(f"tpu_nb did not start the run:\n- stack={value!r}: give torch_xla or torch_tpu, or leave it out (auto).")
+    raise refused(f"stack={value!r}: give torch_xla or torch_tpu, or leave it out (auto).")
 
 
 def _mode_named(value: str | None) -> ExecutionMode | None:
@@ -162,7 +147,7 @@ def _mode_named(value: str | None) -> ExecutionMode | None:
     for mode in EXECUTION_MODES:
         if value == mode:
             return mode
-    raise LaunchRefused(f"tpu_nb did not start the run:\n- mode={value!r}: TorchTPU's modes are {', '.join(EXECUTION_MODES)}.")
+    raise refused(f"mode={value!r}: TorchTPU's modes are {', '.join(EXECUTION_MODES)}.")
 
 
 def _watchdog_setting(value: str | float | None) -> WatchdogSetting | None:
@@ -174,4 +159,4 @@ def _watchdog_setting(value: str | float | None) -> WatchdogSetting | None:
     try:
         return WatchdogSetting(parse_duration(str(value), "--watchdog"))
     except CheckpointError as error:
-        raise LaunchRefused(f'tpu_nb did not start the run:\n- {error} Or --watchdog off (watchdog="off") to turn it off.') from None
+        raise refused(f'{error} Or --watchdog off (watchdog="off") to turn it off.') from None

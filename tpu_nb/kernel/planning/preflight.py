@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
+from tpu_nb.kernel.endings.notebook_errors import refused
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.planning.worker_environment import TRAINER_ON_ONE_CHIP, CoresUnavailable, plan_environment
 from tpu_nb.runtime import RuntimeInfo
@@ -33,7 +33,7 @@ def check_can_launch(info: RuntimeInfo, options: LaunchOptions, running: str | N
             f"multiply to {environment.devices}" + (f", or --cores {mesh.devices} (XLA:CPU)." if info.pjrt_device == "CPU" else ".")
         )
     if problems or environment is None:
-        raise LaunchRefused("tpu_nb did not start the workers:\n" + "\n".join(f"- {problem}" for problem in problems))
+        raise refused(problems)
     return environment
 
 

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from IPython.core.error import UsageError
-
-from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
+from tpu_nb.kernel.endings.notebook_errors import NotReturned, refused
 from tpu_nb.kernel.endings.run_ending import Ending
+from tpu_nb.kernel.notebook.cell_output import Write
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.program import PodProgram
 from tpu_nb.kernel.pod.slice_checks import PodTarget, is_remote
-from tpu_nb.kernel.pod.starting import launch_pod
+from tpu_nb.kernel.pod.starting import launch_pod, start_pod_in_background
+from tpu_nb.kernel.run.background import BackgroundRun, Handback
 from tpu_nb.wire.results import ModuleWeights, RankResult, ResultNotLoaded, load_result
 from tpu_nb.wire.run_directory import RESULTS, Cell, RunDirectory, download_results
 
@@ -40,19 +40,18 @@ def launch_function(
     options: LaunchOptions,
     returns: tuple[str, ...],
     prepared: tuple[Cell, ...],
-) -> PodResult | RunDirectory:
+    background: bool = False,
+) -> PodResult | BackgroundRun | RunDirectory:
     """`tpu_nb.pod.launch`: `train` is the training cell's code, or a function (its source is sent, then it is called)."""
     if callable(train):
         try:
             source = textwrap.dedent(inspect.getsource(train))
         except (OSError, TypeError) as error:
-            raise LaunchRefused(
-                f"tpu_nb did not start the pod run:\n- its source cannot be read ({error}): pass the code as a string."
-            ) from None
+            raise refused(f"its source cannot be read ({error}): pass the code as a string.", pod=True) from None
         name = getattr(train, "__name__", "train")
         code, title = f"{source}\n{name}()", f"tpu_nb.pod.launch({name})"
     else:
-        code, title = train, "tpu_nb.pod.launch"
+        name, code, title = "pod_run", train, "tpu_nb.pod.launch"
     program = PodProgram(
         prepared,
         Cell("tpu_nb.pod.launch", "# tpu_nb.pod.launch", code),
@@ -63,16 +62,29 @@ def launch_function(
         options.compile_cache,
         options.watchdog,
     )
+    if background:
+
+        def finish(ending: Ending, write: Write) -> Handback:
+            try:
+                return Handback(_returned(ending.results[0]))
+            except NotReturned as problem:
+                return Handback(problem=problem)
+
+        return start_pod_in_background(program, target, options, name, finish)
     ending = launch_pod(program, target, options, title)
     if not isinstance(ending, Ending):
         return ending
     if ending.error is not None:
         raise ending.error
-    result = ending.results[0]
+    return _returned(ending.results[0])
+
+
+def _returned(result: RankResult) -> PodResult:
+    """Rank 0's value and `returns`; `NotReturned` when one of them did not come back."""
     problems = [f"returns: the code did not define `{name}` on rank 0." for name in result.missing]
     problems += [lost.explain() for lost in result.lost]
     if problems:
-        raise UsageError("\n".join(problems) + "\nEverything else came back.")
+        raise NotReturned("\n".join(problems) + "\nEverything else came back.")
     return pod_result(result)
 
 
@@ -92,14 +104,14 @@ def read_results(run_dir: str, weights_only: bool = False) -> PodResult:
             try:
                 fetched = download_results(run_dir, Path(local))
             except (ImportError, OSError, ValueError) as error:  # gcsfs missing, no access, no such run
-                raise UsageError(f"could not read the results at {run_dir} ({type(error).__name__}: {error}).") from None
+                raise NotReturned(f"could not read the results at {run_dir} ({type(error).__name__}: {error}).") from None
             return read_results(str(fetched.parent), weights_only)
     try:
         result = load_result(Path(run_dir) / RESULTS, 0, pickled=not weights_only)
     except ResultNotLoaded as error:
-        raise UsageError(f"rank 0's results in {run_dir} cannot be read: {error}") from None
+        raise NotReturned(f"rank 0's results in {run_dir} cannot be read: {error}") from None
     if result is None:
-        raise UsageError(
+        raise NotReturned(
             f"{run_dir} holds no results of rank 0 ({RESULTS}/result-0.json): has the run ended, and was {RESULTS}/ copied back?"
         )
     return pod_result(result)

@@ -28,9 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO
 
-from IPython.core.error import UsageError
-
-from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
+from tpu_nb.kernel.endings.notebook_errors import RunEnded, refused
 from tpu_nb.kernel.endings.run_ending import Died, Ending, Outcome, Raised, Stopped, Succeeded, ending_of
 from tpu_nb.kernel.notebook.cell_output import OutputPrinter, Write, write_to_sys
 from tpu_nb.kernel.planning.options import LaunchOptions
@@ -133,7 +131,7 @@ class PodRun(FollowedRun):
     def stacks(self) -> StackReport:
         """Every host's ranks: asked of every host, waited for (up to `pod_stacks.ASK_SECONDS`)."""
         if self.ended:
-            raise UsageError("the run has ended: it has no stacks any more.")
+            raise RunEnded("the run has ended: it has no stacks any more.")
         request = self._stacks.ask("asked for")
         if threading.get_ident() == self._follower:  # nobody else takes the hosts' lines: take them here
             while not self._stacks.ready(request) and not self.ended:
@@ -300,10 +298,10 @@ class PodRun(FollowedRun):
 
     def _ending(self) -> Ending:
         seconds = self._seconds
-        refused = [(host, ended.detail) for host, ended in sorted(self._ended_hosts.items()) if ended.status == "refused"]
-        if refused:
-            text = "\n".join(f"- {detail}" for _host, detail in refused)
-            return Ending("failed", text, LaunchRefused(f"the hosts did not start the run:\n{text}"))
+        problems = [str(ended.detail) for _host, ended in sorted(self._ended_hosts.items()) if ended.status == "refused"]
+        if problems:
+            error = refused(problems, pod=True, by="the hosts")
+            return Ending("failed", str(error), error)
         return ending_of(self._outcome(seconds))
 
     def _outcome(self, seconds: float) -> Outcome:

@@ -4,7 +4,7 @@ Nothing is written and nothing starts until every check passed: `check`
 raises one `LaunchRefused` listing every problem with its fix, a cloud
 tool's failure in its own words. A tpu_nb run still running where this one
 would go is refused too, naming the commands that end it, or ended when the
-user asked for that (`--pod-kill-stale`).
+user asked for that (`--kill-stale`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Literal
 
-from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
+from tpu_nb.kernel.endings.notebook_errors import refused
 from tpu_nb.kernel.notebook.cell_output import Write
+from tpu_nb.kernel.planning.declared_options import OPTION_NAMED
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.backends import commands
 from tpu_nb.kernel.pod.backends.gke import GkeSlice
@@ -29,7 +30,6 @@ from tpu_nb.wire.run_directory import MATCHED_PACKAGES
 
 Backend = Literal["auto", "gcloud", "gke", "export"]
 BACKENDS: tuple[Backend, ...] = ("auto", "gcloud", "gke", "export")
-DEFAULT_RUNS_DIR = "tpu_nb_pod_runs"
 _REMOTE = re.compile(r"^[a-z][a-z0-9+.-]*://")
 
 
@@ -48,8 +48,8 @@ class PodTarget:
     project: str | None = None
     accelerator: str | None = None  # e.g. v5litepod-16: for GKE and export (gcloud reads the TPU VM's)
     image: str | None = None  # GKE: the container image with torch, torch_xla and the cells' libraries
-    run_dir: str = DEFAULT_RUNS_DIR  # a local directory, or gs://bucket/path: where each run's directory goes
-    namespace: str = "default"  # GKE
+    run_dir: str = OPTION_NAMED["run_dir"].default  # a local directory, or gs://bucket/path: where each run's directory goes
+    namespace: str = OPTION_NAMED["namespace"].default  # GKE
     kill_stale: bool = False  # end a tpu_nb run still running on the slice (left by a kernel that died) instead of refusing
 
 
@@ -86,7 +86,7 @@ def check(program: PodProgram, target: PodTarget, options: LaunchOptions, write:
     if tpu is not None and program.mesh is not None and program.mesh.devices != tpu.chips:
         problems.append(f"--mesh {program.mesh} covers {program.mesh.devices} devices, but a {tpu.accelerator_type} has {tpu.chips}.")
     if problems:
-        raise LaunchRefused("tpu_nb did not start the pod run:\n" + "\n".join(f"- {problem}" for problem in problems))
+        raise refused(problems, pod=True)
     return CheckedTarget(tpu, backend)
 
 
@@ -97,10 +97,11 @@ def choose_backend(target: PodTarget) -> Literal["gcloud", "gke", "export"]:
         return "gke"  # only GKE runs a container image
     if commands.installed("gcloud"):
         return "gcloud"
-    raise LaunchRefused(
-        "tpu_nb did not start the pod run:\n- gcloud is not installed here: install the Google Cloud CLI "
+    raise refused(
+        "gcloud is not installed here: install the Google Cloud CLI "
         "(https://cloud.google.com/sdk/docs/install), give --image IMAGE to run on GKE with kubectl, "
-        "or --backend export to write the run directory and the commands to start it yourself."
+        "or --backend export to write the run directory and the commands to start it yourself.",
+        pod=True,
     )
 
 
@@ -165,18 +166,18 @@ def _preflight(target: PodTarget, backend: str) -> tuple[TpuSlice | None, PodBac
 
 
 def _stale_problems(backend: PodBackend | None, stale: list[str], target: PodTarget, write: Write) -> list[str]:
-    """A run still running where this one would go: refused with the commands that end it, or ended (--pod-kill-stale)."""
+    """A run still running where this one would go: refused with the commands that end it, or ended (--kill-stale)."""
     if backend is None or not stale:
         return []
     if target.kill_stale:
         for run_name in stale:
             backend.end(run_name)
-            write("stderr", f"tpu_nb: ended the run {run_name} that was still running on {target.name} (--pod-kill-stale).\n")
+            write("stderr", f"tpu_nb: ended the run {run_name} that was still running on {target.name} (--kill-stale).\n")
         return []
     ending = "; ".join(shlex.join(command) for run_name in stale for command in backend.end_commands(run_name))
     return [
         f"a tpu_nb run is still running on {target.name}: {', '.join(stale)} (its kernel died, or another notebook runs it). "
-        f"End it first: {ending}\n  or add --pod-kill-stale to end it and start this run."
+        f"End it first: {ending}\n  or add --kill-stale to end it and start this run."
     ]
 
 

@@ -11,9 +11,10 @@ import shlex
 import shutil
 from pathlib import Path
 
-from tpu_nb.kernel.endings.notebook_errors import LaunchRefused, TrainingInterrupted
+from tpu_nb.kernel.endings.notebook_errors import TrainingInterrupted, refused
 from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
+from tpu_nb.kernel.planning.declared_options import DEFAULT_RUNS_DIR
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.backends import commands
 from tpu_nb.kernel.pod.backends.gke import GkeSlice
@@ -21,7 +22,7 @@ from tpu_nb.kernel.pod.backends.slices import SliceError, TpuSlice
 from tpu_nb.kernel.pod.backends.tpu_vm import TpuVmSlice
 from tpu_nb.kernel.pod.pod_run import PodRun
 from tpu_nb.kernel.pod.program import PodProgram, write_run_directory
-from tpu_nb.kernel.pod.slice_checks import DEFAULT_RUNS_DIR, PodTarget, check, is_remote
+from tpu_nb.kernel.pod.slice_checks import PodTarget, check, is_remote
 from tpu_nb.kernel.run.background import BackgroundRun, Finish, follow_in_background
 from tpu_nb.kernel.run.followed_run import RunObserver, run_in_foreground
 from tpu_nb.kernel.run.leftovers import private_directory
@@ -40,7 +41,7 @@ def launch_pod(
     try:
         return run_in_foreground(PodRun(checked.backend, run, options, title, write, runtime_label=checked.label, staging=staging))
     except (commands.CommandFailed, SliceError) as error:
-        raise LaunchRefused(f"tpu_nb could not start the pod run:\n- {error}") from None
+        raise refused(str(error), pod=True) from None
     except KeyboardInterrupt:
         # Only the start lets an interrupt through (a started run stops gracefully); the backend undid what it made.
         raise TrainingInterrupted("interrupted while the pod run was starting: nothing it had created is left.") from None
@@ -64,7 +65,7 @@ def start_pod_in_background(
     try:
         return follow_in_background(make_run, name, finish)
     except (commands.CommandFailed, SliceError) as error:
-        raise LaunchRefused(f"tpu_nb could not start the pod run:\n- {error}") from None
+        raise refused(str(error), pod=True) from None
 
 
 def _write_run(program: PodProgram, target: PodTarget, tpu: TpuSlice | None, exported: bool) -> tuple[RunDirectory, Path | None]:
@@ -87,9 +88,10 @@ def _write_run(program: PodProgram, target: PodTarget, tpu: TpuSlice | None, exp
     except (ImportError, OSError, ValueError) as error:  # gcsfs missing, no access, a bad URL
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-        raise LaunchRefused(
-            f"tpu_nb did not start the pod run:\n- the run could not be copied to {run_url} ({type(error).__name__}: {error}); "
-            "gs:// needs gcsfs here (pip install gcsfs) and write access to the bucket."
+        raise refused(
+            f"the run could not be copied to {run_url} ({type(error).__name__}: {error}); "
+            "gs:// needs gcsfs here (pip install gcsfs) and write access to the bucket.",
+            pod=True,
         ) from None
     return run, staging
 

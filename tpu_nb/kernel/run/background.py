@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from IPython.core.error import UsageError
-
+from tpu_nb.kernel.endings.notebook_errors import RunEnded
 from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.endings.status import HandleStatus
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
@@ -154,7 +153,7 @@ class BackgroundRun:
         `print(run.stacks())` for the summary, `.full_stacks()` for every frame.
         """
         if self._finished.is_set():
-            raise UsageError(f"run {self.name!r} has ended ({self.status}): it has no stacks any more.")
+            raise RunEnded(f"run {self.name!r} has ended ({self.status}): it has no stacks any more.")
         return self.run.stacks()
 
     @property

@@ -214,12 +214,12 @@ def test_a_run_left_in_the_cluster_is_named_with_its_commands_or_ended_on_reques
     assert isinstance(result.error_in_exec, LaunchRefused)
     assert "a tpu_nb run is still running on tiny: tiny-1201-101010" in message
     assert "kubectl --namespace=default delete jobset tiny-1201-101010 --ignore-not-found --wait=false" in message
-    assert "--pod-kill-stale" in message
+    assert "--kill-stale" in message
     assert not any(call[0] == "apply" for call in cluster.calls())
     with capture_output() as captured:
-        result = ip.run_cell(GKE_RUN.format(bucket=tmp_path / "b").replace("--no-progress", "--no-progress --pod-kill-stale"))
+        result = ip.run_cell(GKE_RUN.format(bucket=tmp_path / "b").replace("--no-progress", "--no-progress --kill-stale"))
     assert result.success, result.error_in_exec
-    assert "tpu_nb: ended the run tiny-1201-101010 that was still running on tiny (--pod-kill-stale)." in captured.stderr
+    assert "tpu_nb: ended the run tiny-1201-101010 that was still running on tiny (--kill-stale)." in captured.stderr
     assert cluster.objects() == []
 
 
