@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from tpu_nb.kernel.stalls.pod_stacks import ASK_SECONDS, PodStacks
-from tpu_nb.kernel.stalls.watch import SILENT_EXTRA
+from tpu_nb.kernel.stalls.record import SILENT_EXTRA
 from tpu_nb.wire.events import Heartbeat, Stalled, WorkerFinished, WorkerStarted
 from tpu_nb.wire.run_directory import Cell
 from tpu_nb.wire.stacks import StackAnswer, WatchdogSetting

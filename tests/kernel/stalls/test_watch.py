@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tpu_nb.kernel.stalls.watch import SILENT_EXTRA, StallWatch
+from tpu_nb.kernel.stalls.record import SILENT_EXTRA
+from tpu_nb.kernel.stalls.watch import StallWatch
 from tpu_nb.wire.events import Heartbeat, Stalled, WorkerFinished, WorkerStarted
 from tpu_nb.wire.stacks import StackReport, WatchdogSetting
 

@@ -6,6 +6,8 @@ user asks, the notebook writes a numbered stacks request on every host
 worker processes and sends what they wrote as `StackAnswer`s. A request is
 complete once every worker process the hosts started has answered, or
 after `ASK_SECONDS`; then it becomes one `StackReport` for the slice.
+What is known of the hosts' ranks, and when each host was last heard, is a
+`StallRecord` with a host for each source.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tpu_nb.kernel.stalls.folding import fold_process
+from tpu_nb.kernel.stalls.record import StallRecord
 from tpu_nb.kernel.stalls.verdicts import judge
-from tpu_nb.kernel.stalls.watch import SILENT_EXTRA, stall_reason
+from tpu_nb.kernel.stalls.watch import stall_reason
 from tpu_nb.wire.checkpoints import format_duration
-from tpu_nb.wire.events import Heartbeat, Progress, Stalled, WorkerFinished, WorkerRaised, WorkerStarted
+from tpu_nb.wire.events import Stalled
 from tpu_nb.wire.host_lines import HostEvent
 from tpu_nb.wire.run_directory import Cell
-from tpu_nb.wire.stacks import MIN_THRESHOLD, RankPlace, StackAnswer, StackReport, WatchdogSetting
+from tpu_nb.wire.stacks import RankPlace, StackAnswer, StackReport, WatchdogSetting
 from tpu_nb.workers.stalls.stack_dumps import Dump, stacks_of
 
 ASK_SECONDS = 45.0
@@ -63,66 +66,43 @@ class PodStacks:
 
         `cells`: the run's cells, whose lines the hosts' stacks point at.
         """
-        self._setting = setting
         self._sources = {cell.name: cell.lines_as_written() for cell in cells}
         self._ask = ask
         self._clock = clock
-        self._lock = threading.Lock()
-        self._ranks_by_thread: dict[Process, dict[int, int]] = {}  # (host, pid) -> {thread id -> rank}
-        self._steps: dict[tuple[int, int], int | None] = {}  # (host, rank) -> step
-        self._done: set[tuple[int, int]] = set()  # (host, rank) that finished or raised
-        self._heard: dict[int, float] = {}  # host -> when it last sent an event
-        self._silence_said: set[int] = set()
+        self._lock = threading.Lock()  # the requests and their answers
+        # Every host is a source, heard on any line it sends; its ranks and processes are keyed (host, rank) and (host, pid).
+        self._record: StallRecord[int, tuple[int, int]] = StallRecord(setting, lambda process: process[0], clock)
         self._requests: dict[int, StacksRequest] = {}
-        self._reported_at: float | None = None  # the last stall's request: other ranks' watchdogs speak of the same stall
 
     def on_event(self, host: int, event: HostEvent) -> None:
         """What a host sent (before its rank becomes the host's row)."""
-        with self._lock:
-            self._heard[host] = self._clock()
-            self._silence_said.discard(host)
-            if isinstance(event, WorkerStarted):
-                self._ranks_by_thread.setdefault((host, event.pid), {})[event.thread] = event.rank
-                self._steps.setdefault((host, event.rank), None)
-            elif isinstance(event, (Heartbeat, Progress, Stalled)) and event.step is not None:
-                self._steps[(host, event.rank)] = event.step
-            elif isinstance(event, (WorkerFinished, WorkerRaised)):
-                self._done.add((host, event.rank))
-            elif isinstance(event, StackAnswer):
+        self._record.heard(host)
+        self._record.follow(event, lambda number: (host, number))
+        if isinstance(event, StackAnswer):
+            with self._lock:
                 self._take_answer(host, event)
 
     def on_stall(self, host: int, stall: Stalled) -> StacksRequest | None:
         """Ask every host, unless a request went out within the threshold (the same stall, seen by another rank)."""
-        now = self._clock()
-        if self._reported_at is not None and now - self._reported_at < stall.threshold:
+        if not self._record.new_stall(stall.threshold):
             return None
-        self._reported_at = now
         return self.ask(f"on host {host}, {stall_reason(stall)}", (host, stall), shown=True)
 
     def on_silence(self) -> StacksRequest | None:
         """Ask every host when one has sent nothing for longer than the threshold allows (once per silence)."""
-        if self._setting is None:
+        silence = self._record.silent()
+        if silence is None:
             return None
-        limit = (self._setting.seconds or MIN_THRESHOLD) + SILENT_EXTRA
-        now = self._clock()
-        with self._lock:
-            running = {host for host, rank in self._steps if (host, rank) not in self._done}  # a host with a rank still at work
-            silent = sorted(host for host in running if now - self._heard.get(host, now) > limit and host not in self._silence_said)
-            self._silence_said.update(silent)
-        if not silent:
-            return None
-        hosts = ", ".join(map(str, silent))
+        hosts = ", ".join(map(str, sorted(silence.sources)))
         return self.ask(
-            f"host {hosts} sent nothing for over {format_duration(limit)}: its workers' interpreters are held (in C++, or in the OS)",
+            f"host {hosts} sent nothing for over {format_duration(silence.seconds)}: its workers' interpreters are held (in C++, or in the OS)",
             shown=True,
         )
 
     def ask(self, reason: str, stall: tuple[int, Stalled] | None = None, shown: bool = False) -> StacksRequest:
         """Send a new request to every host (from a helper thread: a command to every host takes seconds)."""
+        running = frozenset(self._record.running())
         with self._lock:
-            running = frozenset(
-                process for process, ranks in self._ranks_by_thread.items() if {(process[0], rank) for rank in ranks.values()} - self._done
-            )
             request = StacksRequest(len(self._requests) + 1, reason, stall, shown, self._clock(), running)
             self._requests[request.number] = request
         threading.Thread(target=self._deliver, args=(request,), name="tpu_nb-pod-stacks", daemon=True).start()
@@ -164,15 +144,16 @@ class PodStacks:
     def _folded(self, request: StacksRequest) -> StackReport:
         places: list[RankPlace] = []
         unanswered = []
+        steps_heard = self._record.steps()
         for (host, pid), dump in sorted(request.answers.items()):
-            ranks = self._ranks_by_thread.get((host, pid), {})
-            steps = {rank: step for (on, rank), step in self._steps.items() if on == host}
+            ranks = self._rank_numbers((host, pid))
+            steps = {rank: step for (on, rank), step in steps_heard.items() if on == host}
             places += [dataclasses.replace(place, host=host) for place in fold_process(stacks_of(dump), ranks, steps, self._sources)]
             if dump.problem is not None:
                 unanswered.append(f"pid {pid} on host {host}{_ranks(ranks)}: {dump.problem}")
         for host, pid in sorted(request.expected - set(request.answers)):
             unanswered.append(
-                f"pid {pid} on host {host}{_ranks(self._ranks_by_thread[(host, pid)])}: no answer within {format_duration(ASK_SECONDS)} "
+                f"pid {pid} on host {host}{_ranks(self._rank_numbers((host, pid)))}: no answer within {format_duration(ASK_SECONDS)} "
                 f"(its train.py may be held too: ssh to host {host} and send SIGUSR2 to the process, kill -USR2 {pid}; it writes its "
                 f"stacks to stacks-{pid}.txt in the run's results directory there)"
             )
@@ -182,6 +163,10 @@ class PodStacks:
         stall = request.stall[1] if request.stall is not None else None
         verdict = judge(places, stall, host=request.stall[0] if request.stall is not None else None)
         return StackReport(request.reason, tuple(places), verdict.text, verdict.fix, tuple(unanswered))
+
+    def _rank_numbers(self, process: Process) -> dict[int, int]:
+        """A host's process's ranks by thread id, as the host numbers them (its stacks are folded per host)."""
+        return {thread: rank for thread, (_, rank) in self._record.ranks_in(process).items()}
 
 
 def _ranks(ranks_by_thread: dict[int, int]) -> str:

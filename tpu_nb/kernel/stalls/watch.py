@@ -1,10 +1,11 @@
 """The kernel's side of the watchdog: on a stall (or when asked), every rank's place and a verdict, as one `StackReport`.
 
-A `StallWatch` follows a run's events for what it needs (each rank's
-process and thread, its step, when it was last heard) and asks every
-worker process for its stacks when a rank's watchdog speaks, when a
-process has gone silent (its heartbeat thread cannot run: the interpreter
-is held in C++), or when the user asks (`run.stacks()`, the button).
+A `StallWatch` keeps a run's events in a `StallRecord` (each rank's
+process and thread, its step, when its process was last heard) and asks
+every worker process for its stacks through their dump files when a rank's
+watchdog speaks, when a process has gone silent (its heartbeat thread
+cannot run: the interpreter is held in C++), or when the user asks
+(`run.stacks()`, the button).
 """
 
 from __future__ import annotations
@@ -15,14 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tpu_nb.kernel.stalls.folding import fold_process
+from tpu_nb.kernel.stalls.record import StallRecord
 from tpu_nb.kernel.stalls.verdicts import judge
 from tpu_nb.wire.checkpoints import format_duration
-from tpu_nb.wire.events import Event, Heartbeat, Progress, Stalled, WorkerFinished, WorkerRaised, WorkerStarted
-from tpu_nb.wire.stacks import MIN_THRESHOLD, StackReport, WatchdogSetting
+from tpu_nb.wire.events import Event, Stalled
+from tpu_nb.wire.stacks import StackReport, WatchdogSetting
 from tpu_nb.workers.stalls.stack_dumps import request_stacks
-
-SILENT_EXTRA = 10.0
-"""A process silent this much longer than the threshold has a heartbeat thread that cannot run: its stacks are asked for."""
 
 
 class StallWatch:
@@ -38,37 +37,20 @@ class StallWatch:
         """`chips`: a rank's chip figures (duty cycle, HBM) where the runtime's metrics can be read."""
         self._run_dir = run_dir
         self._chips = chips
-        self._setting = setting
-        self._clock = clock
-        self._lock = threading.Lock()
         self._asking = threading.Lock()  # one request at a time: the dump files are emptied and read per request
-        self._ranks_by_thread: dict[int, dict[int, int]] = {}  # pid -> {thread id -> rank}
-        self._steps: dict[int, int | None] = {}
-        self._heard: dict[int, float] = {}  # pid -> when it last sent anything
-        self._done: set[int] = set()  # ranks that finished or raised
-        self._silence_said: set[int] = set()
-        self._reported_at: float | None = None  # the last stall's report: the other ranks' watchdogs speak of the same stall
+        self._record: StallRecord[int, int] = StallRecord(setting, lambda pid: pid, clock)  # each process is its own source
 
     def on_event(self, event: Event) -> None:
+        self._record.follow(event, lambda number: number)
         rank = getattr(event, "rank", None)
-        with self._lock:
-            if isinstance(event, WorkerStarted):
-                self._ranks_by_thread.setdefault(event.pid, {})[event.thread] = event.rank
-                self._steps.setdefault(event.rank, None)
-            if isinstance(event, (Heartbeat, Progress, Stalled)) and event.step is not None:
-                self._steps[event.rank] = event.step
-            if isinstance(event, (WorkerFinished, WorkerRaised)):
-                self._done.add(event.rank)
-            pid = self._pid_of(rank)
-            if pid is not None:
-                self._heard[pid] = self._clock()
-                self._silence_said.discard(pid)
+        pid = None if rank is None else self._record.process_of(rank)
+        if pid is not None:
+            self._record.heard(pid)
 
     def report(self, reason: str, stall: Stalled | None = None) -> StackReport:
         """Every running rank's place now, and the verdict (takes up to a few seconds: each process is signalled)."""
-        with self._lock:
-            threads = {pid: dict(ranks) for pid, ranks in self._ranks_by_thread.items() if set(ranks.values()) - self._done}
-            steps = dict(self._steps)
+        threads = self._record.running()
+        steps = self._record.steps()
         with self._asking:
             answers = request_stacks(self._run_dir, threads)
         places = sorted((place for answer in answers for place in fold_process(answer, threads[answer.pid], steps)), key=lambda p: p.rank)
@@ -83,34 +65,19 @@ class StallWatch:
 
     def on_stall(self, stall: Stalled) -> StackReport | None:
         """The report for a rank's stall, or None when one was made within its threshold (the same stall, seen by another rank)."""
-        now = self._clock()
-        if self._reported_at is not None and now - self._reported_at < stall.threshold:
+        if not self._record.new_stall(stall.threshold):
             return None
-        self._reported_at = now
         return self.report(stall_reason(stall), stall)
 
     def silent_process(self) -> StackReport | None:
         """A report when a worker process has sent nothing for longer than the threshold allows (once per silence)."""
-        if self._setting is None:
+        silence = self._record.silent()
+        if silence is None:
             return None
-        limit = (self._setting.seconds or MIN_THRESHOLD) + SILENT_EXTRA
-        now = self._clock()
-        with self._lock:
-            silent = [
-                pid
-                for pid, heard in self._heard.items()
-                if now - heard > limit and pid not in self._silence_said and set(self._ranks_by_thread[pid].values()) - self._done
-            ]
-            self._silence_said.update(silent)
-        if not silent:
-            return None
-        ranks = ", ".join(_ranks(self._ranks_by_thread[pid]) for pid in silent)
-        return self.report(f"rank {ranks} sent nothing for over {format_duration(limit)}: its interpreter is held (in C++, or in the OS)")
-
-    def _pid_of(self, rank: int | None) -> int | None:
-        if rank is None:
-            return None
-        return next((pid for pid, ranks in self._ranks_by_thread.items() if rank in ranks.values()), None)
+        ranks = ", ".join(_ranks(self._record.ranks_in(pid)) for pid in silence.sources)
+        return self.report(
+            f"rank {ranks} sent nothing for over {format_duration(silence.seconds)}: its interpreter is held (in C++, or in the OS)"
+        )
 
 
 def stall_reason(stall: Stalled) -> str:
