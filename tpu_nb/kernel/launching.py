@@ -8,9 +8,10 @@ from typing import Any
 from tpu_nb.kernel.endings.notebook_errors import NotReturned
 from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.notebook.cell_output import Write
+from tpu_nb.kernel.notebook.returns import Handback
 from tpu_nb.kernel.planning.declared_options import check_keywords, given
 from tpu_nb.kernel.planning.options import LaunchOptions
-from tpu_nb.kernel.run.background import BackgroundRun, Handback, start_in_background
+from tpu_nb.kernel.run.background import BackgroundRun, start_in_background
 from tpu_nb.kernel.run.followed_run import run_in_foreground
 from tpu_nb.kernel.run.local_run import Run
 from tpu_nb.wire.results import NotTransferable, RankResult

@@ -1,4 +1,8 @@
-"""IPython glue: `%tpu_info`, `%tpu_release` and `%%tpu_train`. Logic lives in the modules it calls."""
+"""IPython glue for every magic: `%%tpu_train`, `%%tpu_prepare`, `%tpu_info`, `%tpu_checkpoints`, `%tpu_release`, `%tpu_picker`.
+
+Logic lives in the modules it calls; `%%tpu_train`'s arguments are built
+from the options' one declaration (`planning.declared_options`).
+"""
 
 from __future__ import annotations
 

@@ -13,9 +13,7 @@ runtime started is refused ("cannot access or re-initialize TPU in a forked
 subprocess"), so the supervisor forks one per chip from a process that never
 used the device; each sets its variables, loads torch_tpu's backend, sets
 the execution mode, joins the process group ("tpu_dist") and sees its chip as
-`tpu:0`. Read from torch-tpu 0.2.0's sources; its loading runs for real in the
-tests of `make test-torch-tpu` (only libtpu's count of chips replaced), the
-rest is not run on a TPU here.
+`tpu:0`. Written from torch-tpu 0.2.0's sources.
 
 Ports are never probed in one process and bound seconds later in another
 (torch_tpu's launcher does that, with portpicker): the rendezvous's socket
@@ -28,9 +26,8 @@ and the ranks agree on the list through the store before torch_tpu loads
 and reads it.
 
 A `ChipStack` says how a rank loads its backend, which device, process-group
-backend, mode switch and event it uses: `TORCH_TPU` on a TPU; the tests put a
-CPU device and gloo in its place (no TPU, and no CPU mode of torch_tpu, exist
-off a TPU).
+backend, mode switch and event it uses: `TORCH_TPU` on a TPU; any other
+`ChipStack` (a CPU device with gloo) runs the same ranks where there is no TPU.
 """
 
 from __future__ import annotations

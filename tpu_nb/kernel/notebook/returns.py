@@ -7,16 +7,29 @@ user's namespace.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from tpu_nb.kernel.endings.notebook_errors import NotReturned
 from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
-from tpu_nb.kernel.run.background import Finish, Handback
 from tpu_nb.wire.results import ModuleWeights, NotTransferable, RankResult
 from tpu_nb.workers.programs import is_module
+
+
+@dataclass(frozen=True, slots=True)
+class Handback:
+    """What a finished background run gives its caller: a value, the `--return` values, a problem to raise."""
+
+    value: Any = None
+    returned: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    problem: BaseException | None = None
+
+
+Finish = Callable[[Ending, Write], Handback]
+"""Turns a run that came back (status done or stopped) into its handback; writes notes with Write."""
 
 
 @dataclass(frozen=True, slots=True)

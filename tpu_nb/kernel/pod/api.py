@@ -17,11 +17,12 @@ from typing import Any
 from tpu_nb.kernel.endings.notebook_errors import NotReturned, refused
 from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.notebook.cell_output import Write
+from tpu_nb.kernel.notebook.returns import Handback
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.program import PodProgram
 from tpu_nb.kernel.pod.slice_checks import PodTarget, is_remote
 from tpu_nb.kernel.pod.starting import launch_pod, start_pod_in_background
-from tpu_nb.kernel.run.background import BackgroundRun, Handback
+from tpu_nb.kernel.run.background import BackgroundRun
 from tpu_nb.wire.results import ModuleWeights, RankResult, ResultNotLoaded, load_result
 from tpu_nb.wire.run_directory import RESULTS, Cell, RunDirectory, download_results
 

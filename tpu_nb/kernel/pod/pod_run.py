@@ -5,9 +5,8 @@ back one local process whose output is every host's output. Each host's
 events become the dashboard's worker row for that host; rank 0's progress
 (on host 0) drives the charts. A failure on any host ends the run on every
 host (the others would wait for it forever in a collective), and so do a
-Kill, a second interrupt and the timeout. A graceful stop writes, on every
-host, the step to stop at: a few seconds of steps past the last one seen, so
-that every host reaches it before it stops. When a rank stalls, a host goes
+Kill, a second interrupt and the timeout. A graceful stop delivers, to every
+host, the step to stop at (`pod_stop`). When a rank stalls, a host goes
 silent or the user asks, every host is asked for its workers' stacks
 (`tpu_nb.kernel.stalls.pod_stacks`).
 """
@@ -15,7 +14,6 @@ silent or the user asks, every host is asked for its workers' stacks
 from __future__ import annotations
 
 import dataclasses
-import math
 import queue
 import shutil
 import subprocess
@@ -34,6 +32,7 @@ from tpu_nb.kernel.notebook.cell_output import OutputPrinter, Write, write_to_sy
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.backends import commands
 from tpu_nb.kernel.pod.backends.protocol import PodBackend
+from tpu_nb.kernel.pod.pod_stop import STOP_AHEAD_SECONDS, stop_step
 from tpu_nb.kernel.pod.reaper import Reaper
 from tpu_nb.kernel.progress.display import make_display
 from tpu_nb.kernel.run.followed_run import POLL_SECONDS, FollowedRun, RunObserver
@@ -45,7 +44,6 @@ from tpu_nb.wire.results import ExceptionReport, ResultNotLoaded, load_result
 from tpu_nb.wire.run_directory import STACKS_REQUEST_FILE, STOP_FILE, RunDirectory
 from tpu_nb.wire.stacks import StackAnswer, StackReport
 
-STOP_AHEAD_SECONDS = 10.0  # how far ahead of the last step seen a graceful stop aims: time for the stop to reach every host
 STREAM_END_WAIT = 10.0  # seconds for the backend's stream to end after every host said it ended
 PLAIN_LINES_KEPT = 3  # of the backend's own output, for an error that needs them
 PLAIN_LINE_BYTES = 2000  # of each of them kept (head and tail)
@@ -193,18 +191,8 @@ class PodRun(FollowedRun):
         threading.Thread(target=self._send_stop, args=(step,), name="tpu_nb-pod-stop", daemon=True).start()
 
     def _stop_step(self) -> int | None:
-        """A step every host reaches after the stop does: ahead of the furthest host, by the time the stop takes to arrive."""
-        if not self._steps:
-            return None  # no step seen yet: each host stops one past its furthest rank
         assert self._started_at is not None
-        (first_time, first_step), (last_time, last_step) = self._steps[0], self._steps[-1]
-        if last_time - first_time >= 0.5:
-            rate = (last_step - first_step) / (last_time - first_time)
-        else:  # too few reports yet: the rate since the start (compiling included), doubled to stay ahead
-            rate = 2 * (last_step + 1) / max(last_time - self._started_at, 1e-3)
-        # Hosts can drift apart (no collective between steps, or a slow host 0): start from the furthest one.
-        heard_at, furthest = max([(last_time, last_step), *self._furthest.values()], key=lambda heard: heard[1])
-        return furthest + math.ceil(rate * (time.monotonic() - heard_at + STOP_AHEAD_SECONDS)) + 1
+        return stop_step(self._steps, self._furthest.values(), self._started_at, time.monotonic())
 
     def _ask_for_stacks(self, number: int) -> str | None:
         try:

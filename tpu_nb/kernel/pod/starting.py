@@ -14,6 +14,7 @@ from pathlib import Path
 from tpu_nb.kernel.endings.notebook_errors import TrainingInterrupted, refused
 from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
+from tpu_nb.kernel.notebook.returns import Finish
 from tpu_nb.kernel.planning.declared_options import DEFAULT_RUNS_DIR
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.backends import commands
@@ -23,7 +24,7 @@ from tpu_nb.kernel.pod.backends.tpu_vm import TpuVmSlice
 from tpu_nb.kernel.pod.pod_run import PodRun
 from tpu_nb.kernel.pod.program import PodProgram, write_run_directory
 from tpu_nb.kernel.pod.slice_checks import PodTarget, check, is_remote
-from tpu_nb.kernel.run.background import BackgroundRun, Finish, follow_in_background
+from tpu_nb.kernel.run.background import BackgroundRun, follow_in_background
 from tpu_nb.kernel.run.followed_run import RunObserver, run_in_foreground
 from tpu_nb.kernel.run.leftovers import private_directory
 from tpu_nb.wire.run_directory import RESULTS, RunDirectory, upload

@@ -11,9 +11,7 @@ thread.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from collections.abc import Callable
 from typing import Any
 
 from tpu_nb.kernel.endings.notebook_errors import RunEnded
@@ -21,25 +19,13 @@ from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.endings.status import HandleStatus
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.frontend import in_notebook_kernel
+from tpu_nb.kernel.notebook.returns import Finish, Handback
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.run.followed_run import FollowedRun, RunObserver
 from tpu_nb.kernel.run.local_run import Run
 from tpu_nb.wire.events import Event, Progress
 from tpu_nb.wire.stacks import StackReport
 from tpu_nb.workers.programs import Program
-
-
-@dataclass(frozen=True, slots=True)
-class Handback:
-    """What a finished background run gives its caller: a value, the `--return` values, a problem to raise."""
-
-    value: Any = None
-    returned: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    problem: BaseException | None = None
-
-
-Finish = Callable[[Ending, Write], Handback]
-"""Turns a run that came back (status done or stopped) into its handback; writes notes with Write."""
 
 
 class MetricsLog:

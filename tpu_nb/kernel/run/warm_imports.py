@@ -22,8 +22,7 @@ import sets XLA_FLAGS and other environment variables, changes torch's
 dynamo configuration, registers an exit hook and selects a device; so the
 kernel's environment and torch's settings stay as the user left them, and
 the XLA runtime is never started here. The modules imported are plain
-imports of installed packages, which start no threads and set nothing
-(tested). Before the kernel forks again it waits for the helper thread: a
+imports of installed packages, which start no threads and set nothing. Before the kernel forks again it waits for the helper thread: a
 fork in the middle of an import would copy a held import lock into the child.
 """
 
