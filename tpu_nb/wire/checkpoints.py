@@ -58,8 +58,8 @@ class CheckpointPlan:
     """What a run's workers do about checkpoints (from `--checkpoint`, `--every`, `--keep`, `--resume`)."""
 
     directory: str
-    every: Every = field(default_factory=lambda: Every(seconds=15 * 60.0))
-    keep: int = 2
+    every: Every
+    keep: int
     resume_from: str | None = None  # a checkpoint directory to start from (the newest verified one, chosen in the kernel)
     passed_over: tuple[str, ...] = ()  # newer checkpoints a resume did not trust, each with why (said on the dashboard)
     budget: int | None = None  # bytes all checkpoints may take: older verified ones go first (never the newest)

@@ -73,7 +73,7 @@ def test_a_compilation_or_an_evaluation_in_progress_is_waited_for_however_long()
 
 
 def test_a_save_due_within_the_wait_is_added_and_the_deadline_learns_the_whole_save() -> None:
-    every_ten = CheckpointPlan("/c", every=Every(steps=10))
+    every_ten = CheckpointPlan("/c", every=Every(steps=10), keep=2)
     clock = StopClock(grace=1.0, checkpoints=every_ten)
     clock.on_event(Progress(0, 7, {}), 0.0)
     clock.on_event(Progress(0, 8, {}), 2.0)
@@ -82,7 +82,7 @@ def test_a_save_due_within_the_wait_is_added_and_the_deadline_learns_the_whole_s
     assert clock.wait(3.0, 3.0).seconds == MARGIN * (2 * 2.0 + 3.0)  # step 8 done: 9 and 10 come, 10 saves
     clock.on_event(Progress(0, 10, {}), 6.0)
     assert clock.wait(7.0, 7.0).seconds == MARGIN * 2 * 2.0  # 11 and 12: no save due
-    by_time = StopClock(grace=1.0, checkpoints=CheckpointPlan("/c", every=Every(seconds=60.0)))
+    by_time = StopClock(grace=1.0, checkpoints=CheckpointPlan("/c", every=Every(seconds=60.0), keep=2))
     by_time.on_event(Progress(0, 1, {}), 0.0)
     by_time.on_event(Progress(0, 2, {}), 10.0)
     by_time.on_event(saved(2, stall=4.0, seconds=9.0), 10.0)

@@ -89,7 +89,7 @@ def test_resuming_another_model_is_refused_with_the_difference(tmp_path: Path) -
     checkpointer.wait()
     newest = newest_verified(str(tmp_path))
     assert newest is not None
-    other = Checkpointer(CheckpointPlan(str(tmp_path), resume_from=newest.path), RecordingWriter(), WORLD)
+    other = Checkpointer(CheckpointPlan(str(tmp_path), Every(steps=3), keep=2, resume_from=newest.path), RecordingWriter(), WORLD)
     bigger = torch.nn.Linear(8, 1)
     with pytest.raises(
         CheckpointMismatch, match=r"1 have other shapes \(weight: \[1, 4\] saved, \[1, 8\] here\): it was saved from another model"
@@ -156,7 +156,7 @@ def test_a_checkpoint_that_cannot_be_written_is_reported_and_the_run_goes_on(tmp
     train(model, optimizer, range(1, 2))
     checkpointer.save(1, [])
     checkpointer.wait()
-    checkpointer.plan = CheckpointPlan(str(tmp_path / "checkpoint-1" / "state.pt"), Every(steps=1))  # not a directory
+    checkpointer.plan = CheckpointPlan(str(tmp_path / "checkpoint-1" / "state.pt"), Every(steps=1), keep=2)  # not a directory
     train(model, optimizer, range(2, 3))
     checkpointer.save(2, [])
     checkpointer.wait()
@@ -170,7 +170,7 @@ def test_a_checkpoint_to_a_url_is_written_record_last_and_resumed_from() -> None
     import fsspec
 
     checkpointer, _writer, model, optimizer = new_run(Path("unused"))
-    checkpointer.plan = CheckpointPlan("memory://bucket/run", Every(steps=1))
+    checkpointer.plan = CheckpointPlan("memory://bucket/run", Every(steps=1), keep=2)
     checkpointer.track({"model": model, "optimizer": optimizer}, rank=0)
     train(model, optimizer, range(1))
     checkpointer.save(1, [(1, {"loss": 0.25})])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 
+from tpu_nb.kernel.planning.declared_options import OPTION_NAMED
 from tpu_nb.kernel.endings.notebook_errors import refused
 from tpu_nb.wire.checkpoints import (
     CheckpointError,
@@ -34,14 +35,14 @@ def plan_checkpoints(
     problems = []
     if directory is None:
         for given, option in ((every, "--every"), (resume, "--resume"), (budget, "--budget")):
-            if given:
+            if given and given != OPTION_NAMED[option.removeprefix("--")].default:
                 problems.append(f"{option} needs --checkpoint DIR: where the run's checkpoints go (and come from).")
-        if keep != 2:
+        if keep != OPTION_NAMED["keep"].default:
             problems.append("--keep needs --checkpoint DIR.")
         _refuse_if(problems)
         return None
     try:
-        cadence = Every(seconds=15 * 60.0) if every is None else Every.parse(every)
+        cadence = Every.parse(every or OPTION_NAMED["every"].default)
     except CheckpointError as error:
         problems.append(str(error))
         cadence = Every()

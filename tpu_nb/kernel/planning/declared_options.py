@@ -163,8 +163,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "every",
         str,
-        None,
-        "With {checkpoint}: how often, e.g. 500steps or 15m (default 15m); always when the run stops.",
+        "15m",
+        "With {checkpoint}: how often, e.g. 500steps or 15m; always when the run stops.",
         surfaces=ON_THIS_MACHINE,
         metavar="WHEN",
     ),
