@@ -111,5 +111,5 @@ def test_a_mistyped_keyword_is_a_type_error_naming_the_nearest_option() -> None:
 def test_help_names_other_options_as_each_surface_spells_them() -> None:
     every = OPTION_NAMED["every"]
     assert "With --checkpoint:" in every.help_for("cell")
-    assert "With checkpoint=:" in every.help_for("launch")
+    assert "With `checkpoint`:" in every.help_for("launch")
     assert "--no-progress" in TpuMagics.tpu_train.__doc__  # type: ignore[operator]

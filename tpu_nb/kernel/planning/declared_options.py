@@ -60,11 +60,21 @@ class Option:
         """The help text with the other options named as that surface spells them."""
         return self.help.format_map(_Spelled(surface))
 
-    def annotation(self) -> str:
+    def annotation(self) -> _Shown:
         kind = "Sequence[str]" if self.kind is list else self.kind.__name__
         if self.optional_value is not None:
             kind = f"{kind} | bool"
-        return kind if self.default is not None else f"{kind} | None"
+        return _Shown(kind if self.default is not None else f"{kind} | None")
+
+
+class _Shown:
+    """An annotation shown as written (`inspect` quotes one given as a string)."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def __repr__(self) -> str:
+        return self._text
 
 
 def _dashed(name: str) -> str:
@@ -72,7 +82,7 @@ def _dashed(name: str) -> str:
 
 
 class _Spelled(dict[str, str]):
-    """{name} in a help text: `--name` for the magic, `name=` for Python."""
+    """{name} in a help text: `--name` for the magic, `name` in backquotes for Python."""
 
     def __init__(self, surface: Surface) -> None:
         super().__init__()
@@ -82,7 +92,7 @@ class _Spelled(dict[str, str]):
         option = OPTION_NAMED[name]
         if self._surface == "cell":
             return f"--{option.flag_name or _dashed(option.name)}"
-        return f"{option.name}="
+        return f"`{option.name}`"
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -325,15 +335,15 @@ def check_keywords(function: str, surface: Surface, keywords: Iterable[str]) -> 
 
 _LEADING: Mapping[Surface, tuple[inspect.Parameter, ...]] = {
     "launch": (
-        inspect.Parameter("fn", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="Callable[..., Any]"),
-        inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL, annotation="Any"),
+        inspect.Parameter("fn", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=_Shown("Callable[..., Any]")),
+        inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL, annotation=_Shown("Any")),
     ),
     "pod_launch": (
-        inspect.Parameter("train", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="str | Callable[[], Any]"),
-        inspect.Parameter("pod", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="str"),
+        inspect.Parameter("train", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=_Shown("str | Callable[[], Any]")),
+        inspect.Parameter("pod", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=_Shown("str")),
     ),
 }
-_RETURNS: Mapping[Surface, str] = {"launch": "Any", "pod_launch": "PodResult | BackgroundRun | RunDirectory"}
+_RETURNS: Mapping[Surface, _Shown] = {"launch": _Shown("Any"), "pod_launch": _Shown("PodResult | BackgroundRun | RunDirectory")}
 
 
 def declare(surface: Literal["launch", "pod_launch"], function: Any) -> None:
