@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import html
 
-from tpu_nb.kernel.planning.declared_options import OPTION_NAMED
 from tpu_nb.kernel.endings.notebook_errors import refused
+from tpu_nb.kernel.planning.declared_options import OPTION_NAMED
 from tpu_nb.wire.checkpoints import (
     CheckpointError,
     CheckpointPlan,
