@@ -7,13 +7,17 @@ when the run ends, so the cell shows the summary and no widget view.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import numpy as np
+from matplotlib.image import imread
 from playwright.sync_api import Locator, Page, expect
 
 # Plain groups: playwright hands the pattern to JavaScript, which has no (?P<name>...).
 ACCURACY_LINE = re.compile(r"accuracy before: ([\d.]+), after: ([\d.]+)")
 SCREEN_HEIGHT = 900  # px: the summary fits one screen of a 1400x900 window
 AA_CONTRAST = 4.5
+CHART_TO_PAGE_LUMINANCE = 0.2  # at most this far apart (0..1); a white chart on JupyterLab's dark page: 0.96 on 0.006
 
 
 def the_summary(outputs: Locator, page: Page) -> Locator:
@@ -48,9 +52,32 @@ def assert_fits_one_screen(cell_outputs: Locator) -> float:
 
 def assert_text_contrast(summary: Locator) -> float:
     """The summary's text against the background it is drawn on, at WCAG AA (4.5:1) or better."""
-    ratio = summary.evaluate(CONTRAST_JS)
+    text, background = (luminance(np.array(rgb) / 255) for rgb in summary.evaluate(COLOURS_JS))
+    ratio = (max(text, background) + 0.05) / (min(text, background) + 0.05)
     assert ratio >= AA_CONTRAST, f"text contrast {ratio:.2f}:1"
     return float(ratio)
+
+
+def assert_chart_matches_page(summary: Locator, screenshot: Path) -> tuple[float, float]:
+    """The chart, as the page shows it (saved to `screenshot`), is about as light as the page behind it: not a box.
+
+    Returns the mean luminance of the chart and the luminance of the page.
+    """
+    chart = summary.locator("img")
+    chart.screenshot(path=str(screenshot))
+    chart_luminance = float(luminance(imread(screenshot)[..., :3]).mean())
+    _text, background = summary.evaluate(COLOURS_JS)
+    page_luminance = float(luminance(np.array(background) / 255))
+    assert abs(chart_luminance - page_luminance) <= CHART_TO_PAGE_LUMINANCE, (
+        f"the chart's mean luminance is {chart_luminance:.2f} on a page of {page_luminance:.2f}: see {screenshot}"
+    )
+    return chart_luminance, page_luminance
+
+
+def luminance(rgb: np.ndarray) -> np.ndarray:
+    """WCAG relative luminance (0 black .. 1 white) of sRGB colours in 0..1, red, green, blue along the last axis."""
+    linear = np.where(rgb <= 0.03928, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    return linear @ np.array([0.2126, 0.7152, 0.0722])
 
 
 def assert_model_learned(outputs: Locator) -> None:
@@ -63,23 +90,18 @@ def assert_model_learned(outputs: Locator) -> None:
     assert after > before + 0.3, f"accuracy did not improve enough: before {before}, after {after}"
 
 
-# The computed text colour of the summary and the first opaque background
-# behind it (walking up the page), as a WCAG contrast ratio.
-CONTRAST_JS = """
+# The computed text colour of an element and the first opaque background
+# behind it (walking up the page), as [[r, g, b], [r, g, b]] in 0..255.
+COLOURS_JS = """
 (element) => {
   const rgb = (text) => (text.match(/[\\d.]+/g) || []).map(Number);
-  const luminance = ([r, g, b]) => {
-    const channel = (value) => { value /= 255; return value <= 0.03928 ? value / 12.92 : ((value + 0.055) / 1.055) ** 2.4; };
-    return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b);
-  };
-  const text = rgb(getComputedStyle(element).color);
+  const text = rgb(getComputedStyle(element).color).slice(0, 3);
   let node = element, background = [255, 255, 255];
   while (node) {
     const colour = rgb(getComputedStyle(node).backgroundColor);
     if (colour.length === 3 || (colour.length === 4 && colour[3] > 0.5)) { background = colour.slice(0, 3); break; }
     node = node.parentElement;
   }
-  const [light, dark] = [luminance(text), luminance(background)].sort((a, b) => b - a);
-  return (light + 0.05) / (dark + 0.05);
+  return [text, background];
 }
 """

@@ -2,13 +2,15 @@
 
 Checks what the page shows: no error output, one summary of the run in the
 dashboard's place (chart drawn, under one screen at 1400x900, readable in
-the light and the dark theme), and a model that learned something.
-Screenshots of both themes are saved under build/ for people to look at.
+the light and the dark theme, the chart a box in neither), and a model that
+learned something. Screenshots of both themes are saved under build/ for
+people to look at; the chart's own, under the test's tmp_path.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +20,14 @@ pytest.importorskip(
 )
 pytest.importorskip("jupyterlab", reason="needs JupyterLab 4: `pip install 'jupyterlab>=4,<5'`")
 
-from dashboard_checks import assert_chart_drawn, assert_fits_one_screen, assert_model_learned, assert_text_contrast, the_summary
+from dashboard_checks import (
+    assert_chart_drawn,
+    assert_chart_matches_page,
+    assert_fits_one_screen,
+    assert_model_learned,
+    assert_text_contrast,
+    the_summary,
+)
 from lab_page import open_notebook, run_all_cells, save_notebook, screenshot_whole_notebook
 from playwright.sync_api import Locator, Page, expect
 from servers import CHROMIUM, REPO, NotebookServer
@@ -33,7 +42,7 @@ RUN_ALL_MS = 150_000  # the %%tpu_train cell takes 15-30 s on XLA:CPU; the rest 
 FAILURE_TEXT = re.compile(r"Traceback \(most recent call last\)|UsageError: ")
 
 
-def test_quickstart_runs_in_jupyterlab(jupyterlab: NotebookServer, page: Page) -> None:
+def test_quickstart_runs_in_jupyterlab(jupyterlab: NotebookServer, page: Page, tmp_path: Path) -> None:
     expect.set_options(timeout=15_000)
     panel = open_notebook(page, jupyterlab.notebook_url(NOTEBOOK), NOTEBOOK)
     try:
@@ -51,6 +60,7 @@ def test_quickstart_runs_in_jupyterlab(jupyterlab: NotebookServer, page: Page) -
     summary.scroll_into_view_if_needed()
     assert_fits_one_screen(panel.locator(".jp-Cell-outputArea").filter(has=page.locator(".tpu-nb-summary")))
     assert_text_contrast(summary)
+    check_chart_on_page(summary, tmp_path / "chart_light.png", "light")
 
     page.get_by_role("menuitem", name="Settings", exact=True).click()
     page.locator(".lm-Menu-item", has_text=re.compile(r"^Theme$")).hover()
@@ -58,6 +68,13 @@ def test_quickstart_runs_in_jupyterlab(jupyterlab: NotebookServer, page: Page) -
     expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false")
     screenshot_whole_notebook(page, panel, DARK_SCREENSHOT)
     assert_text_contrast(summary)
+    check_chart_on_page(summary, tmp_path / "chart_dark.png", "dark")
+
+
+def check_chart_on_page(summary: Locator, screenshot: Path, theme: str) -> None:
+    """The chart is about as light as the page around it (its screenshot kept at `screenshot`)."""
+    chart, page = assert_chart_matches_page(summary, screenshot)
+    print(f"{theme} theme: chart luminance {chart:.3f}, page {page:.3f}: {screenshot}")
 
 
 def assert_every_cell_ran_without_error(panel: Locator, jupyterlab: NotebookServer, page: Page) -> None:
