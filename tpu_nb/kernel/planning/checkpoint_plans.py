@@ -17,9 +17,9 @@ from tpu_nb.wire.checkpoints import (
     Every,
     list_checkpoints,
     newest_verified,
-    parse_size,
 )
 from tpu_nb.wire.results import format_bytes
+from tpu_nb.wire.units import UnitError, parse_size
 
 KAGGLE_OUTPUT = "/kaggle/working"
 KAGGLE_BUDGET = 15 * 10**9
@@ -42,14 +42,14 @@ def plan_checkpoints(
         return None
     try:
         cadence = Every(seconds=15 * 60.0) if every is None else Every.parse(every)
-    except CheckpointError as error:
+    except (CheckpointError, UnitError) as error:
         problems.append(str(error))
         cadence = Every()
     if keep < 1:
         problems.append(f"--keep {keep}: keep at least 1 checkpoint (the newest verified one is what a resume needs).")
     try:
         bytes_allowed = _default_budget(directory) if budget is None else parse_size(budget, "--budget")
-    except CheckpointError as error:
+    except UnitError as error:
         problems.append(str(error))
         bytes_allowed = None
     resume_from: str | None = None

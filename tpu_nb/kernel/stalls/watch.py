@@ -16,9 +16,9 @@ from pathlib import Path
 
 from tpu_nb.kernel.stalls.folding import fold_process
 from tpu_nb.kernel.stalls.verdicts import judge
-from tpu_nb.wire.checkpoints import format_duration
 from tpu_nb.wire.events import Event, Heartbeat, Progress, Stalled, WorkerFinished, WorkerRaised, WorkerStarted
 from tpu_nb.wire.stacks import MIN_THRESHOLD, StackReport, WatchdogSetting
+from tpu_nb.wire.units import format_duration
 from tpu_nb.workers.stalls.stack_dumps import request_stacks
 
 SILENT_EXTRA = 10.0
