@@ -115,7 +115,7 @@ from pathlib import Path
 from tpu_nb.wire.results import ModuleWeights, RankResult, ResultPlaces, index_file, load_result, save_result
 run_dir, spill = Path(sys.argv[1]), Path(sys.argv[2])
 model = torch.nn.Linear(100, 100)
-value = torch.arange(5_000_000, dtype=torch.float32)  # 20 MB
+value = torch.arange(5_000_000, dtype=torch.float32)  # 20 MB (19.1 MiB)
 save_result(RankResult(value, True, {"model": ModuleWeights(model.state_dict())}), ResultPlaces(run_dir, (spill,)), 0)
 back = load_result(run_dir, 0)
 record = json.loads(index_file(run_dir, 0).read_text())
@@ -150,8 +150,8 @@ def test_a_part_no_place_can_hold_is_said_with_the_sizes_and_the_rest_comes_back
     found = save_and_load(tmp_path, "4m", "8m")
     assert not found["value_back"] and found["weights_back"] and found["partials"] == []
     [lost] = found["lost"]  # type: ignore[misc]
-    assert lost.startswith("the value (20.1 MB) could not be sent back: no place had room for it (")
-    assert str(tmp_path / "disk") in lost and "MB free): [Errno 28] No space left on device" in lost
+    assert lost.startswith("the value (19.1 MiB) could not be sent back: no place had room for it (")
+    assert str(tmp_path / "disk") in lost and "MiB free): [Errno 28] No space left on device" in lost
     assert "Free space there, or send back less" in lost
 
 

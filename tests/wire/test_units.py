@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from tpu_nb.wire.units import UnitError, format_duration, parse_deadline, parse_duration, parse_size
+from tpu_nb.wire.units import UnitError, format_bytes, format_duration, parse_deadline, parse_duration, parse_size
 
 NOW = datetime.datetime(2026, 12, 1, 20, 30, 0)
 
@@ -58,6 +58,36 @@ def test_a_deadline_is_a_duration_or_a_clock_time_today_or_tomorrow_in_a_zone() 
             parse_deadline(bad, now)
 
 
-def test_a_duration_is_written_as_it_is_read() -> None:
-    assert format_duration(5430) == "1h30m30s"
-    assert parse_duration(format_duration(5430), "--every") == 5430
+@pytest.mark.parametrize(
+    ("seconds", "expected"),
+    [
+        (0, "0s"),
+        (0.04, "0s"),
+        (0.4, "0.4s"),
+        (5.0, "5s"),
+        (8.53, "8.5s"),
+        (9.97, "10s"),
+        (42, "42s"),
+        (59.6, "1m00s"),
+        (122, "2m02s"),
+        (5430, "1h30m"),
+    ],
+)
+def test_a_duration_is_written_to_a_tenth_under_ten_seconds_then_in_seconds_then_minutes(seconds: float, expected: str) -> None:
+    assert format_duration(seconds) == expected
+
+
+@pytest.mark.parametrize(
+    ("size", "expected"),
+    [
+        (0, "0 bytes"),
+        (1023, "1023 bytes"),
+        (1536, "1.5 KiB"),
+        (2**20 - 1, "1.0 MiB"),
+        (12_300_000, "11.7 MiB"),
+        (16 * 2**30, "16.0 GiB"),
+        (2**42, "4096.0 GiB"),
+    ],
+)
+def test_a_size_is_written_in_binary_units_with_one_decimal(size: int, expected: str) -> None:
+    assert format_bytes(size) == expected

@@ -31,6 +31,7 @@ from types import MappingProxyType
 from typing import IO, Any, cast
 
 from tpu_nb.wire.limits import cap_text
+from tpu_nb.wire.units import format_bytes
 
 ROOM_TO_SPARE = 16 << 20
 """Bytes a place keeps free after a result is written there (other processes use shared memory too)."""
@@ -56,7 +57,7 @@ class Lost:
 
     what: str  # "the value", "`model`"
     size: int  # bytes it needed, as estimated from its tensors
-    tried: tuple[str, ...]  # e.g. "/dev/shm/tpu_nb-x1 (63.9 MB free): No space left on device"
+    tried: tuple[str, ...]  # e.g. "/dev/shm/tpu_nb-x1 (63.9 MiB free): No space left on device"
 
     def explain(self) -> str:
         places = "; ".join(self.tried) or "no place to write to"
@@ -234,14 +235,6 @@ def to_cpu(value: Any) -> Any:
     if type(value) in (list, tuple):
         return type(value)(to_cpu(item) for item in value)
     return value
-
-
-def format_bytes(size: int | float) -> str:
-    for unit in ("bytes", "KB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
-        size /= 1000
-    raise AssertionError("unreachable")
 
 
 def free_bytes(path: Path) -> int:

@@ -1,9 +1,10 @@
-"""Durations, sizes and deadlines as the user types them in options, and durations as tpu_nb writes them.
+"""Durations, sizes and deadlines as the user types them in options, and durations and sizes as tpu_nb writes them.
 
 `parse_duration` reads "90s", "15m", "8h30m" (`--every`, `--watchdog`),
 `parse_size` reads "500MB", "15GB", "2GiB" (`--budget`), `parse_deadline`
 reads a duration or a clock time (`--deadline`); each raises `UnitError`
-with the option, the text and what to give instead.
+with the option, the text and what to give instead. `format_duration` and
+`format_bytes` are how every message and the dashboard write them.
 """
 
 from __future__ import annotations
@@ -84,7 +85,31 @@ def _zone(text: str) -> datetime.tzinfo | None:
 
 
 def format_duration(seconds: float) -> str:
-    seconds = round(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    return "".join(f"{value}{unit}" for value, unit in ((hours, "h"), (minutes, "m"), (seconds, "s")) if value) or "0s"
+    """0.5s, 8.5s, 42s, 2m02s, 1h05m: a tenth of a second under 10 s (a short step or wait is not "0s"), whole
+    seconds under an hour, whole minutes after."""
+    if seconds < 10:
+        return f"{seconds:.1f}".removesuffix(".0") + "s"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+_BINARY_UNITS = ("KiB", "MiB", "GiB")
+
+
+def format_bytes(size: float) -> str:
+    """512 bytes, 1.5 KiB, 320.0 MiB, 16.0 GiB: binary units, as device memory, TPU HBM, a tmpfs and `df -h` count,
+    and as most of tpu_nb's text already said them (device memory, the chips' HBM, the memory estimate); sizes the
+    user types (`parse_size`) may be in either."""
+    if size < 1024:
+        return f"{size:.0f} bytes"
+    for unit in _BINARY_UNITS:
+        size /= 1024
+        if round(size, 1) < 1024 or unit == _BINARY_UNITS[-1]:
+            break
+    return f"{size:.1f} {unit}"

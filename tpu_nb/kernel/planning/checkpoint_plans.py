@@ -18,8 +18,7 @@ from tpu_nb.wire.checkpoints import (
     list_checkpoints,
     newest_verified,
 )
-from tpu_nb.wire.results import format_bytes
-from tpu_nb.wire.units import UnitError, parse_size
+from tpu_nb.wire.units import UnitError, format_bytes, parse_size
 
 KAGGLE_OUTPUT = "/kaggle/working"
 KAGGLE_BUDGET = 15 * 10**9

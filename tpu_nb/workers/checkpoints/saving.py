@@ -45,7 +45,7 @@ from tpu_nb.wire.checkpoints import (
     list_checkpoints,
 )
 from tpu_nb.wire.events import CheckpointSaved, History, Notice
-from tpu_nb.wire.results import format_bytes
+from tpu_nb.wire.units import format_bytes
 from tpu_nb.workers.checkpoints.checks import (
     check_loop_checkpoint,
     check_trainer_checkpoint,
