@@ -18,6 +18,7 @@ from tpu_nb.wire.checkpoints import (
     list_checkpoints,
     newest_verified,
 )
+from tpu_nb.wire.locations import local_path
 from tpu_nb.wire.units import UnitError, format_bytes, parse_size
 
 KAGGLE_OUTPUT = "/kaggle/working"
@@ -71,7 +72,7 @@ def plan_checkpoints(
 
 def _default_budget(directory: str) -> int | None:
     """On Kaggle, checkpoints in its output directory stay within KAGGLE_BUDGET; elsewhere, only --keep counts."""
-    inside = directory.removeprefix("file://").rstrip("/")
+    inside = local_path(directory).rstrip("/")
     return KAGGLE_BUDGET if inside == KAGGLE_OUTPUT or inside.startswith(KAGGLE_OUTPUT + "/") else None
 
 
