@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import pickle
 import subprocess
 import sys
 import threading
@@ -15,7 +14,6 @@ import torch
 from support.mounts import run_with_small_mounts
 
 from tpu_nb.wire.results import (
-    ExceptionReport,
     ModuleWeights,
     NotTransferable,
     RankResult,
@@ -97,14 +95,6 @@ def test_the_size_estimate_counts_each_storage_once() -> None:
     tensor = torch.zeros(1_000_000)  # 4 MB
     model = torch.nn.Linear(1000, 1000)  # 4 MB of weights
     assert 8_000_000 <= estimated_bytes({"a": tensor, "same": tensor, "view": tensor[:10], "model": model}) <= 8_200_000
-
-
-def test_an_exception_report_caps_what_it_keeps() -> None:
-    report = ExceptionReport.of(3, 4, ValueError("m" * 100_000), [f"line {n}" for n in range(1000)])
-    assert (report.rank, report.world_size, report.type_name) == (3, 4, "ValueError")
-    assert len(report.message.encode()) <= 16 << 10 and "bytes skipped" in report.message
-    assert report.traceback_lines[0] == "line 0" and report.traceback_lines[-1] == "line 999" and len(report.traceback_lines) == 201
-    assert pickle.loads(pickle.dumps(report)) == report
 
 
 # In a private mount namespace (root only): small tmpfs mounts stand in for a container's /dev/shm and a full disk.

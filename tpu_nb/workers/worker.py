@@ -15,9 +15,10 @@ from tpu_nb.wire.channel import EventSink
 from tpu_nb.wire.checkpoints import CheckpointPlan
 from tpu_nb.wire.events import WorkerFinished, WorkerRaised, WorkerStarted
 from tpu_nb.wire.mesh import MeshShape
-from tpu_nb.wire.results import ExceptionReport, ResultPlaces, save_exception, save_result
+from tpu_nb.wire.results import ResultPlaces, save_result
 from tpu_nb.wire.shared_memory_stop import StopRequest
 from tpu_nb.wire.stacks import WatchdogSetting
+from tpu_nb.wire.worker_exceptions import ExceptionReport, save_exception
 from tpu_nb.workers import reporting
 from tpu_nb.workers.checkpoints.saving import Checkpointer
 from tpu_nb.workers.chip_ranks import ChipRun, start_rank
