@@ -7,8 +7,8 @@ from pathlib import Path
 
 from tpu_nb.wire.events import CompileCause, Diagnosis, Heartbeat, Output, Progress
 from tpu_nb.wire.host_lines import MARKER, HostEnded, LineWriter, decode, encode
-from tpu_nb.wire.results import ExceptionReport
 from tpu_nb.wire.stacks import StackAnswer
+from tpu_nb.wire.worker_exceptions import ExceptionReport
 
 EVENTS = [
     Progress(0, 12, {"loss": 0.5, "learning_rate": 1e-4}, max_steps=100, epoch=0.5, phase="train", samples_per_step=64),

@@ -11,6 +11,7 @@ import torch
 from tpu_nb.wire.events import Heartbeat, Notice, Progress
 from tpu_nb.wire.shared_memory_stop import StopRequest
 from tpu_nb.workers import reporting
+from tpu_nb.workers.device_readings import CompileReading, DeviceReads
 from tpu_nb.workers.reporting import WorkerReporter
 
 
@@ -22,9 +23,9 @@ class RecordingWriter:
         self.sent.append(event)
 
 
-def no_compilations() -> reporting.CompileReading:
+def no_compilations() -> CompileReading:
     """A stack that compiled nothing: these tests also run in TorchTPU's environment, which has no torch_xla to read."""
-    return reporting.CompileReading(0, 0.0, 0, 0)
+    return CompileReading(0, 0.0, 0, 0)
 
 
 class BrokenDoctor:
@@ -74,7 +75,7 @@ def test_a_loss_on_a_torch_tpu_chip_is_sent_once_its_copy_is_done_never_waiting_
 
     writer = RecordingWriter()
     reporter = WorkerReporter(writer, StopRequest(1))
-    reporter.device_reads = reporting.DeviceReads("cpu", make_event)  # the stand-in's chip is the CPU
+    reporter.device_reads = DeviceReads("cpu", make_event)  # the stand-in's chip is the CPU
     reporter.read_compiles = no_compilations  # a TorchTPU worker reads its own stack's compilations (worker.py)
     reporter.enter(0, 1)
     reporting.install(reporter)
@@ -96,50 +97,13 @@ def test_a_loss_on_a_torch_tpu_chip_is_sent_once_its_copy_is_done_never_waiting_
     assert [event.step for event in writer.sent if isinstance(event, Progress)] == [1, 2]
 
 
-def test_device_reads_leave_plain_numbers_and_other_devices_alone() -> None:
-    reads = reporting.DeviceReads("tpu", lambda: None)  # type: ignore[arg-type, return-value]
-    assert not reads.wants({"loss": 0.5, "grad_norm": torch.tensor(1.0)})  # a CPU tensor is not on the chip
-
-
-def test_each_step_that_compiled_is_kept_as_runs_until_a_heartbeat_takes_them() -> None:
-    compiled = reporting.CompiledSteps()
-    counts = {0: 0, 1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 6: 5, 7: 5, 8: 6}  # steps 1, 2, 4, 5, 6, 8 compiled
-    for step, count in counts.items():
-        compiled.boundary(0, step, count, training=True)
-    assert compiled.take(0) == ((1, 2), (4, 6), (8, 8))
-    assert compiled.take(0) == ()
-
-
-def test_the_first_boundary_an_evaluation_and_a_repeated_step_are_not_a_step_that_compiled() -> None:
-    compiled = reporting.CompiledSteps()
-    compiled.boundary(0, 10, 5, training=True)  # what compiled before the first boundary: the run's start
-    compiled.boundary(0, 10, 9, training=False)  # an evaluation at step 10 compiles its own graphs
-    compiled.boundary(0, 10, 10, training=True)  # back to training at the same step (a Trainer's on_evaluate, on_train_end)
-    compiled.boundary(0, 11, 10, training=True)
-    assert compiled.take(0) == ()
-    compiled.boundary(0, 12, 11, training=True)
-    assert compiled.take(0) == ((12, 12),)
-
-
-def test_a_heartbeat_carries_a_bounded_number_of_runs_and_the_rest_waits() -> None:
-    compiled = reporting.CompiledSteps()
-    for step in range(0, 200, 2):  # every other step compiles: one run each
-        compiled.boundary(0, step, step, training=True)
-    first = compiled.take(0)
-    assert len(first) == reporting.MOST_COMPILED_RUNS and first[0] == (2, 2)
-    taken = list(first)
-    while runs := compiled.take(0):
-        taken += runs
-    assert taken == [(step, step) for step in range(2, 200, 2)]
-
-
 def test_compiled_steps_no_heartbeat_carried_go_when_the_rank_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
     """A run shorter than a heartbeat: its summary still judges every step."""
     monkeypatch.setattr(reporting, "HEARTBEAT_INTERVAL", 3600)
     writer = RecordingWriter()
     reporter = WorkerReporter(writer, StopRequest(1))
     started = iter(range(100))
-    reporter.read_compiles = lambda: reporting.CompileReading(3, 1.5, next(started), 0)  # a stack's own reading: one per call
+    reporter.read_compiles = lambda: CompileReading(3, 1.5, next(started), 0)  # a stack's own reading: one per call
     reporter.enter(0, 1)
     reporting.install(reporter)
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpu_nb.recipes.config import TrainConfig
+from tpu_nb.wire.units import format_bytes
 
 GIB = 2**30
 
@@ -62,10 +63,10 @@ class MemoryEstimate:
 
     def advice(self, lora_possible: bool) -> str:
         """One paragraph for the picker: the figures, and what to choose."""
-        figures = f"Memory per core (estimate): {_gib(self.replica)} with a whole replica per core, {_gib(self.fsdp)} with FSDP over {self.devices} cores"
+        figures = f"Memory per core (estimate): {format_bytes(self.replica)} with a whole replica per core, {format_bytes(self.fsdp)} with FSDP over {self.devices} cores"
         if self.device_memory is None:
             return figures + " (no TPU here to compare with)."
-        has = f"; a TPU {self.generation} core has {_gib(self.device_memory)}"
+        has = f"; a TPU {self.generation} core has {format_bytes(self.device_memory)}"
         if self.replica_fits:
             return figures + has + ": a replica fits, data-parallel is the simpler choice."
         other = " or LoRA (lora_rank, e.g. 8)" if lora_possible else ""
@@ -111,7 +112,3 @@ def estimate_for(config: TrainConfig, size: ModelSize, devices: int, generation:
 def trainable_parameters(size: ModelSize, lora_rank: int | None) -> int:
     """Every parameter, or with LoRA about two rank x hidden matrices on two projections per layer."""
     return size.parameters if lora_rank is None else size.layers * 2 * 2 * lora_rank * size.hidden
-
-
-def _gib(size: int) -> str:
-    return f"{size / GIB:.1f} GiB"

@@ -40,8 +40,8 @@ from tpu_nb.wire.events import (
     WorkerStarted,
 )
 from tpu_nb.wire.limits import fit
-from tpu_nb.wire.results import ExceptionReport
 from tpu_nb.wire.stacks import StackAnswer
+from tpu_nb.wire.worker_exceptions import ExceptionReport
 
 MARKER = "@tpu_nb "
 MAX_LINE_BYTES = 1 << 20

@@ -1,4 +1,4 @@
-"""What a run leaves for the kernel: each rank's result, a worker's exception, the supervisor's report.
+"""What a run hands back to the kernel: each rank's result (its value and `--return` names), part by part.
 
 Results are written with `torch.save` to the run directory in shared memory
 (/dev/shm where it exists) and read back in the kernel, rather than pushed
@@ -30,13 +30,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO, Any, cast
 
+from tpu_nb.wire.atomic_write import write_atomically
 from tpu_nb.wire.limits import cap_text
+from tpu_nb.wire.units import format_bytes
 
 ROOM_TO_SPARE = 16 << 20
 """Bytes a place keeps free after a result is written there (other processes use shared memory too)."""
-MAX_MESSAGE_BYTES = 16 << 10
-MAX_TRACEBACK_LINES = 200
-MAX_TRACEBACK_LINE_BYTES = 4 << 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +55,7 @@ class Lost:
 
     what: str  # "the value", "`model`"
     size: int  # bytes it needed, as estimated from its tensors
-    tried: tuple[str, ...]  # e.g. "/dev/shm/tpu_nb-x1 (63.9 MB free): No space left on device"
+    tried: tuple[str, ...]  # e.g. "/dev/shm/tpu_nb-x1 (63.9 MiB free): No space left on device"
 
     def explain(self) -> str:
         places = "; ".join(self.tried) or "no place to write to"
@@ -101,34 +100,6 @@ class NotTransferable:
         return f"{self.text}\n(a {self.type_name} shown as text: it could not be sent back from the worker: {self.reason})"
 
 
-@dataclass(frozen=True, slots=True)
-class ExceptionReport:
-    """What the kernel needs to show a worker's exception."""
-
-    rank: int | None  # None: a pod host's own process, running the prepared cells
-    world_size: int
-    type_name: str
-    message: str
-    traceback_lines: list[str]
-
-    @classmethod
-    def of(cls, rank: int | None, world_size: int, error: BaseException, traceback_lines: list[str]) -> ExceptionReport:
-        """The report of `error`, its message and traceback capped to what an error message can show."""
-        lines = [cap_text(line, MAX_TRACEBACK_LINE_BYTES) for line in traceback_lines]
-        if len(lines) > MAX_TRACEBACK_LINES:
-            half = MAX_TRACEBACK_LINES // 2
-            lines = [*lines[:half], f"[… {len(lines) - 2 * half} lines skipped …]", *lines[-half:]]
-        return cls(rank, world_size, type(error).__name__, cap_text(str(error), MAX_MESSAGE_BYTES), lines)
-
-
-@dataclass(frozen=True, slots=True)
-class SupervisorReport:
-    """How `xmp.spawn` ended."""
-
-    error: str | None
-    exit_codes: dict[int, int] = field(default_factory=dict)  # worker pid -> exit code
-
-
 class ResultNotLoaded(Exception):
     """A saved part the kernel could not load; its file is kept, and the message names it."""
 
@@ -143,7 +114,6 @@ class ResultNotLoaded(Exception):
 
 
 _VALUE = "value"
-_IMPORTED_MODULES = "imported-modules.json"
 
 
 def save_result(result: RankResult, places: ResultPlaces, rank: int) -> None:
@@ -156,7 +126,7 @@ def save_result(result: RankResult, places: ResultPlaces, rank: int) -> None:
     order = sorted(parts, key=lambda key: not isinstance(parts[key], ModuleWeights))
     index = [_save_part(key, to_cpu(parts[key]), places, f"result-{rank}-{number}.pt") for number, key in enumerate(order)]
     record = {"has_value": result.has_value, "missing": list(result.missing), "parts": index}
-    _write_atomically(index_file(places.run_dir, rank), json.dumps(record).encode())
+    write_atomically(index_file(places.run_dir, rank), json.dumps(record).encode())
 
 
 def index_file(directory: Path, rank: int) -> Path:
@@ -190,34 +160,6 @@ def load_result(directory: Path, rank: int, *, pickled: bool = True) -> RankResu
     return RankResult(value, has_value, MappingProxyType(returned), tuple(record["missing"]), tuple(lost))
 
 
-def save_imported_modules(names: list[str], directory: Path) -> None:
-    """The modules the supervisor's import of torch_xla brought in (for `tpu_nb.kernel.run.warm_imports`)."""
-    _write_atomically(directory / _IMPORTED_MODULES, json.dumps(sorted(names)).encode())
-
-
-def load_imported_modules(directory: Path) -> list[str]:
-    path = directory / _IMPORTED_MODULES
-    return [str(name) for name in json.loads(path.read_text())] if path.exists() else []
-
-
-def save_exception(report: ExceptionReport, directory: Path) -> None:
-    _write_atomically(directory / f"error-{report.rank}.pkl", pickle.dumps(report))
-
-
-def load_exceptions(directory: Path) -> dict[int, ExceptionReport]:
-    """Every worker exception in the run dir, by rank (the kernel's own private run dir: pickles it wrote)."""
-    return {int(path.stem.split("-")[1]): pickle.loads(path.read_bytes()) for path in directory.glob("error-*.pkl")}
-
-
-def save_report(report: SupervisorReport, directory: Path) -> None:
-    _write_atomically(directory / "supervisor.pkl", pickle.dumps(report))
-
-
-def load_report(directory: Path) -> SupervisorReport | None:
-    path = directory / "supervisor.pkl"
-    return pickle.loads(path.read_bytes()) if path.exists() else None
-
-
 def to_cpu(value: Any) -> Any:
     """The same value with every XLA tensor and module moved to the CPU (imports torch only if needed)."""
     import torch
@@ -234,14 +176,6 @@ def to_cpu(value: Any) -> Any:
     if type(value) in (list, tuple):
         return type(value)(to_cpu(item) for item in value)
     return value
-
-
-def format_bytes(size: int | float) -> str:
-    for unit in ("bytes", "KB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
-        size /= 1000
-    raise AssertionError("unreachable")
 
 
 def free_bytes(path: Path) -> int:
@@ -381,12 +315,6 @@ def _part_name(key: str) -> str:
 
 def _not_transferable(value: Any, error: BaseException) -> dict[str, str]:
     return {"type_name": type(value).__qualname__, "text": _short_repr(value), "reason": str(error)}
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    partial = path.with_suffix(".partial")
-    partial.write_bytes(data)
-    os.replace(partial, path)
 
 
 def remove_places(places: ResultPlaces, keep: Path | None = None) -> None:

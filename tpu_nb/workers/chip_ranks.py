@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tpu_nb.workers.reporting import CompileReading, Event
+from tpu_nb.workers.device_readings import CompileReading, DeviceEvent
 
 ExecutionMode = Literal["eager", "fused", "compile"]
 EXECUTION_MODES: tuple[ExecutionMode, ...] = ("eager", "fused", "compile")
@@ -86,7 +86,7 @@ class ChipStack:
     device: str
     process_group: str
     set_mode: Callable[[ExecutionMode], None]
-    make_event: Callable[[], Event]
+    make_event: Callable[[], DeviceEvent]
     read_compiles: Callable[[], CompileReading]
 
 
@@ -312,7 +312,7 @@ def _set_torch_tpu_mode(mode: ExecutionMode) -> None:
     tpu.eager_mode = tpu.EagerMode.DEFER_AND_FUSE if mode == "fused" else tpu.EagerMode.DEFER_NEVER
 
 
-def _torch_tpu_event() -> Event:
+def _torch_tpu_event() -> DeviceEvent:
     return _torch_tpu().Event()  # type: ignore[no-any-return]
 
 

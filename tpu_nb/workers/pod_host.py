@@ -30,10 +30,11 @@ from tpu_nb.runtime.versions import release, same_release
 from tpu_nb.wire.events import Notice
 from tpu_nb.wire.host_lines import HostEnded, LineWriter
 from tpu_nb.wire.limits import cap_text
-from tpu_nb.wire.results import ExceptionReport, ResultPlaces, index_file, load_exceptions
+from tpu_nb.wire.results import ResultPlaces, index_file
 from tpu_nb.wire.run_directory import MATCHED_PACKAGES, RESULTS, Cell, Manifest, read_stacks_request, read_stop, upload, write_group
 from tpu_nb.wire.shared_memory_stop import StopRequest
 from tpu_nb.wire.stacks import StackAnswer
+from tpu_nb.wire.worker_exceptions import ExceptionReport, load_exceptions
 from tpu_nb.workers.printed_output import capture_output, flush_output
 from tpu_nb.workers.programs import compile_cell
 from tpu_nb.workers.stalls.stack_dumps import armed_processes, portable, request_dumps

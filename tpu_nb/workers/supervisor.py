@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tpu_nb.wire.environment import WorkerEnvironment
-from tpu_nb.wire.results import SupervisorReport, save_imported_modules, save_report
+from tpu_nb.wire.supervisor_report import SupervisorReport, save_imported_modules, save_report
 from tpu_nb.workers import worker
 from tpu_nb.workers.chip_ranks import ChipRun, serve_rendezvous
 from tpu_nb.workers.printed_output import capture_output

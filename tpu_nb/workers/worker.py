@@ -15,12 +15,14 @@ from tpu_nb.wire.channel import EventSink
 from tpu_nb.wire.checkpoints import CheckpointPlan
 from tpu_nb.wire.events import WorkerFinished, WorkerRaised, WorkerStarted
 from tpu_nb.wire.mesh import MeshShape
-from tpu_nb.wire.results import ExceptionReport, ResultPlaces, save_exception, save_result
+from tpu_nb.wire.results import ResultPlaces, save_result
 from tpu_nb.wire.shared_memory_stop import StopRequest
 from tpu_nb.wire.stacks import WatchdogSetting
+from tpu_nb.wire.worker_exceptions import ExceptionReport, save_exception
 from tpu_nb.workers import reporting
 from tpu_nb.workers.checkpoints.saving import Checkpointer
 from tpu_nb.workers.chip_ranks import ChipRun, start_rank
+from tpu_nb.workers.device_readings import DeviceReads
 from tpu_nb.workers.doctor.probe import WorkerDoctor, analyse_compilations, start_compile_cache
 from tpu_nb.workers.doctor.torch_tpu_doctor import TRACE_DIRECTORY, TorchTpuDoctor
 from tpu_nb.workers.hub_kernels import keep_hub_kernels_off_xla
@@ -169,7 +171,7 @@ def _prepare_process(payload: WorkerPayload, reporter: reporting.WorkerReporter,
         if payload.chips is not None:
             stack = payload.chips.stack
             reporter.read_compiles = stack.read_compiles
-            reporter.device_reads = reporting.DeviceReads(context.device.type, stack.make_event)
+            reporter.device_reads = DeviceReads(context.device.type, stack.make_event)
             if payload.doctor:
                 trace = os.environ.get("TORCH_TRACE")  # set by start_rank in fused mode, or by the user
                 reporter.doctor = TorchTpuDoctor(context.rank, stack.read_compiles, Path(trace) if trace else None)

@@ -9,7 +9,9 @@ import pytest
 
 from tpu_nb.kernel.endings.notebook_errors import TrainingInterrupted, TrainingTimedOut, WorkerDied, WorkerError
 from tpu_nb.kernel.endings.run_ending import Died, Raised, Stopped, Succeeded, collect, describe_exit, ending_of
-from tpu_nb.wire.results import ExceptionReport, RankResult, ResultPlaces, SupervisorReport, save_exception, save_report, save_result
+from tpu_nb.wire.results import RankResult, ResultPlaces, save_result
+from tpu_nb.wire.supervisor_report import SupervisorReport, save_report
+from tpu_nb.wire.worker_exceptions import ExceptionReport, save_exception
 
 RESULTS = {0: RankResult(42, has_value=True)}
 

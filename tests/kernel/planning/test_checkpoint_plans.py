@@ -111,7 +111,7 @@ def test_the_listing_shows_step_loss_size_and_state(tmp_path: Path) -> None:
     text, markup = describe_checkpoints(str(tmp_path))
     lines = text.splitlines()
     assert lines[0] == str(tmp_path) and lines[1].split() == ["step", "saved", "(UTC)", "loss", "size", "took", "state"]
-    assert lines[2].split()[:7] == ["100", "2026-12-01", "20:00", "0.75", "2.0", "KB", "1.5s"] and lines[2].endswith("verified")
+    assert lines[2].split()[:7] == ["100", "2026-12-01", "20:00", "0.75", "2.0", "KiB", "1.5s"] and lines[2].endswith("verified")
     assert "failed its check" in lines[3]
     assert markup.count("<tr>") == 3 and "&#x27;" not in markup
     assert describe_checkpoints(str(tmp_path / "nowhere"))[0].endswith("no checkpoints")

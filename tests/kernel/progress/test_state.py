@@ -183,7 +183,7 @@ def test_a_diagnosis_is_replaced_by_fresher_evidence_and_memory_and_cache_are_sh
     assert snapshot.memory == (8 * 2**30, 16 * 2**30)  # the fullest device
     assert snapshot.cache == (10, 4)
     _level, text = health(snapshot)
-    assert "device memory 8 GiB of 16 GiB (50%)" in text and "compile cache 10 hits, 4 misses" in text
+    assert "device memory 8.0 GiB of 16.0 GiB (50%)" in text and "compile cache 10 hits, 4 misses" in text
 
 
 def test_a_resumed_runs_curve_continues_from_its_saved_history(progress: ProgressState, clock: FakeClock) -> None:
@@ -201,7 +201,7 @@ def test_the_newest_checkpoint_is_shown_and_a_failed_check_stays_in_the_notices(
     start(progress)
     assert progress.snapshot().checkpoint is None
     progress.on_event(CheckpointSaved(0, 50, "/ck/checkpoint-50", 2.5, 0.25, 12_300_000, True, None, 0))
-    assert progress.snapshot().checkpoint == "checkpoint at step 50 verified (12.3 MB, 2.5s; the step waited 0.2s)"
+    assert progress.snapshot().checkpoint == "checkpoint at step 50 verified (11.7 MiB, 2.5s; the step waited 0.2s)"
     progress.on_event(CheckpointSaved(0, 100, "/ck/checkpoint-100", 2.5, 0.25, 0, False, "its weights equal the starting weights", 0))
     snapshot = progress.snapshot()
     assert snapshot.checkpoint is not None and "step 50" in snapshot.checkpoint  # still the newest good one

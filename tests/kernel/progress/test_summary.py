@@ -89,8 +89,8 @@ def test_the_workers_and_xla_section_is_open_when_the_doctor_found_something() -
 
 
 def test_the_newest_checkpoint_is_in_the_summary_html_and_text() -> None:
-    snapshot = replace(finished_run(training_metrics()), checkpoint=f"checkpoint at step 30 verified (1.0 MB, 0.5s) {HOSTILE}")
+    snapshot = replace(finished_run(training_metrics()), checkpoint=f"checkpoint at step 30 verified (1.0 MiB, 0.5s) {HOSTILE}")
     bundle = summary_bundle(snapshot)
-    assert f"checkpoint at step 30 verified (1.0 MB, 0.5s) {HOSTILE}" in bundle["text/plain"].splitlines()
+    assert f"checkpoint at step 30 verified (1.0 MiB, 0.5s) {HOSTILE}" in bundle["text/plain"].splitlines()
     assert "<script>" not in bundle["text/html"] and "checkpoint at step 30 verified" in text_of(bundle["text/html"])
     assert "checkpoint at step" not in summary_bundle(finished_run(training_metrics()))["text/plain"]

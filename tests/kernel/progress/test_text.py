@@ -6,7 +6,7 @@ import pytest
 from support.clock import FakeClock
 
 from tpu_nb.kernel.progress.state import ProgressState
-from tpu_nb.kernel.progress.text import TextProgress, format_duration
+from tpu_nb.kernel.progress.text import TextProgress
 from tpu_nb.wire.events import Heartbeat, Notice, Progress, WorkerStarted
 
 
@@ -85,14 +85,6 @@ def test_default_stream_is_stderr_at_construction(capsys: pytest.CaptureFixture[
     text = TextProgress(ProgressState("run", "CPU", 1, clock=clock))
     text.finish("done")
     assert capsys.readouterr().err == "run done after 0s\n"
-
-
-@pytest.mark.parametrize(
-    ("seconds", "expected"),
-    [(0.4, "0s"), (42, "42s"), (59.6, "1m00s"), (122, "2m02s"), (3600 + 5 * 60 + 9, "1h05m")],
-)
-def test_format_duration(seconds: float, expected: str) -> None:
-    assert format_duration(seconds) == expected
 
 
 def test_the_watchdog_s_report_is_written_at_once(clock: FakeClock) -> None:

@@ -19,7 +19,7 @@ def test_before_any_step_was_timed_a_stop_waits_its_grace() -> None:
     clock = StopClock(grace=5.0)
     wait = clock.wait(requested_at=100.0, now=100.0)
     assert wait.seconds == 5.0 and wait.until == 105.0 and wait.step_seconds is None
-    assert wait.text(5.0) == "stopping at the next step boundary every worker reaches: within 5.0s; interrupt again to stop at once."
+    assert wait.text(5.0) == "stopping at the next step boundary every worker reaches: within 5s; interrupt again to stop at once."
 
 
 def test_before_two_steps_the_time_to_the_first_stands_for_a_step() -> None:
@@ -62,7 +62,7 @@ def test_a_compilation_or_an_evaluation_in_progress_is_waited_for_however_long()
     clock.on_event(heartbeat(1, 2, compiling=40.0), 100.0)  # rank 1 compiles a new graph
     wait = clock.wait(requested_at=60.0, now=100.5)
     assert wait.busy == "compiling (for 40s)" and wait.since == 100.5 and wait.until > 100.5
-    assert "a rank is compiling (for 40s); then up to 5.0s for the step boundary" in wait.text(5.0)
+    assert "a rank is compiling (for 40s); then up to 5s for the step boundary" in wait.text(5.0)
     clock.on_event(heartbeat(1, 2), 101.0)  # compiled: the wait counts again from the last busy heartbeat
     wait = clock.wait(requested_at=60.0, now=102.0)
     assert wait.busy is None and wait.since == 100.0 and wait.until == 105.0

@@ -9,7 +9,7 @@ from pathlib import Path
 from IPython.core.interactiveshell import InteractiveShell
 
 from tpu_nb.kernel.run import warm_imports
-from tpu_nb.wire.results import save_imported_modules
+from tpu_nb.wire.supervisor_report import save_imported_modules
 
 
 def test_only_modules_the_kernel_lacks_are_imported_and_never_torch_xlas_or_tpu_nbs(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import fsspec
 import pytest
 
 from tpu_nb.wire.checkpoints import RECORD
-from tpu_nb.workers.checkpoints.files import Staged, is_remote, local_copy, remove_copy, trainer_directory
+from tpu_nb.workers.checkpoints.files import Staged, local_copy, remove_copy, trainer_directory
 
 
 def test_a_checkpoint_is_staged_as_partial_and_renamed_when_written(tmp_path: Path) -> None:
@@ -60,7 +60,6 @@ def test_a_url_gets_the_checkpoint_record_last_and_a_resume_copies_it_back() -> 
 
 
 def test_local_paths_and_file_urls_are_used_in_place(tmp_path: Path) -> None:
-    assert not is_remote(str(tmp_path)) and not is_remote(f"file://{tmp_path}") and is_remote("gs://bucket/run")
     assert local_copy(f"file://{tmp_path}") == tmp_path
     assert trainer_directory(f"file://{tmp_path}") == str(tmp_path)
     local = Path(trainer_directory("gs://bucket/run"))  # a Trainer writes locally; tpu_nb uploads each checked checkpoint

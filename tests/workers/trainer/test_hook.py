@@ -273,12 +273,12 @@ def test_load_best_model_at_end_keeps_a_save_at_each_evaluation_whatever_every_s
 
     assert save_schedule(Every(steps=4), "steps", 500, "steps", 2, True) == SaveSchedule("steps", 4, "every 4 steps")
     assert save_schedule(Every(steps=3), "steps", 500, "no", None, False) == SaveSchedule("steps", 3, "every 3 steps")
-    assert save_schedule(Every(seconds=900), "steps", 500, "steps", 2, False) == SaveSchedule("no", 500, "every 15m")
+    assert save_schedule(Every(seconds=900), "steps", 500, "steps", 2, False) == SaveSchedule("no", 500, "every 15m00s")
     by_time = save_schedule(Every(seconds=900), "steps", 10, "steps", 2, True)  # --every's default, which matched no evaluation
     assert (by_time.strategy, by_time.steps, by_time.when) == ("steps", 10, "every 10 steps")
     assert by_time.notice == (
         "Trainer: load_best_model_at_end compares checkpoints saved at its evaluations: it saves as its arguments say "
-        "(every 10 steps), not every 15m; give --every a multiple of eval_steps (2 steps) to choose"
+        "(every 10 steps), not every 15m00s; give --every a multiple of eval_steps (2 steps) to choose"
     )
     by_epoch = save_schedule(Every(steps=3), "epoch", 500, "epoch", None, True)
     assert (by_epoch.strategy, by_epoch.when) == ("epoch", "at each epoch's end") and by_epoch.notice is not None

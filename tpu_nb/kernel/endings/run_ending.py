@@ -19,15 +19,9 @@ from tpu_nb.kernel.endings.autograd_fork import explain_autograd_fork
 from tpu_nb.kernel.endings.notebook_errors import TrainingInterrupted, TrainingTimedOut, WorkerDied, WorkerError, where_raised
 from tpu_nb.kernel.endings.out_of_memory import explain_out_of_memory, explain_torch_tpu_error
 from tpu_nb.kernel.endings.status import RunStatus
-from tpu_nb.wire.results import (
-    ExceptionReport,
-    RankResult,
-    ResultNotLoaded,
-    SupervisorReport,
-    load_exceptions,
-    load_report,
-    load_result,
-)
+from tpu_nb.wire.results import RankResult, ResultNotLoaded, load_result
+from tpu_nb.wire.supervisor_report import SupervisorReport, load_report
+from tpu_nb.wire.worker_exceptions import ExceptionReport, load_exceptions
 
 _OUT_OF_MEMORY_HINT = " The host most likely ran out of memory: use a smaller per-core batch or model, or fewer cores."
 

@@ -18,9 +18,9 @@ from tpu_nb.wire.checkpoints import (
     Every,
     list_checkpoints,
     newest_verified,
-    parse_size,
 )
-from tpu_nb.wire.results import format_bytes
+from tpu_nb.wire.locations import local_path
+from tpu_nb.wire.units import UnitError, format_bytes, parse_size
 
 KAGGLE_OUTPUT = "/kaggle/working"
 KAGGLE_BUDGET = 15 * 10**9
@@ -43,14 +43,14 @@ def plan_checkpoints(
         return None
     try:
         cadence = Every.parse(every or OPTION_NAMED["every"].default)
-    except CheckpointError as error:
+    except (CheckpointError, UnitError) as error:
         problems.append(str(error))
         cadence = Every()
     if keep < 1:
         problems.append(f"--keep {keep}: keep at least 1 checkpoint (the newest verified one is what a resume needs).")
     try:
         bytes_allowed = _default_budget(directory) if budget is None else parse_size(budget, "--budget")
-    except CheckpointError as error:
+    except UnitError as error:
         problems.append(str(error))
         bytes_allowed = None
     resume_from: str | None = None
@@ -73,7 +73,7 @@ def plan_checkpoints(
 
 def _default_budget(directory: str) -> int | None:
     """On Kaggle, checkpoints in its output directory stay within KAGGLE_BUDGET; elsewhere, only --keep counts."""
-    inside = directory.removeprefix("file://").rstrip("/")
+    inside = local_path(directory).rstrip("/")
     return KAGGLE_BUDGET if inside == KAGGLE_OUTPUT or inside.startswith(KAGGLE_OUTPUT + "/") else None
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from tpu_nb.kernel.endings.notebook_errors import refused
 from tpu_nb.runtime import Accelerator, Platform, RuntimeInfo
-from tpu_nb.wire.checkpoints import CheckpointError, parse_deadline
+from tpu_nb.wire.units import UnitError, parse_deadline
 
 KAGGLE_SESSION_HOURS = 9.0
 """Kaggle stops a TPU session 9 hours after it started."""
@@ -71,7 +71,7 @@ def deadline_for(text: str | None, info: RuntimeInfo | None, now: float | None =
     if text is not None:
         try:
             at = parse_deadline(text, datetime.datetime.fromtimestamp(now).astimezone())
-        except CheckpointError as error:
+        except UnitError as error:
             raise refused(str(error)) from None
         return Deadline(at.timestamp(), session_end=False)
     if info is not None and info.platform is Platform.KAGGLE and info.accelerator is Accelerator.TPU and info.started_at is not None:

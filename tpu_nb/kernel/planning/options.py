@@ -11,9 +11,10 @@ from tpu_nb.kernel.planning.deadlines import Deadline, deadline_for
 from tpu_nb.kernel.planning.declared_options import OPTION_NAMED, OPTIONS
 from tpu_nb.runtime import Accelerator, Platform, RuntimeInfo
 from tpu_nb.runtime.info import STACK_NAMES, StackName
-from tpu_nb.wire.checkpoints import CheckpointError, CheckpointPlan, parse_duration
+from tpu_nb.wire.checkpoints import CheckpointPlan
 from tpu_nb.wire.mesh import MeshError, MeshShape
 from tpu_nb.wire.stacks import WatchdogSetting
+from tpu_nb.wire.units import UnitError, parse_duration
 from tpu_nb.workers.chip_ranks import EXECUTION_MODES, ExecutionMode
 
 RUN_OPTION_NAMES = frozenset(option.name for option in OPTIONS if option.part == "run")
@@ -158,5 +159,5 @@ def _watchdog_setting(value: str | float | None) -> WatchdogSetting | None:
         return None
     try:
         return WatchdogSetting(parse_duration(str(value), "--watchdog"))
-    except CheckpointError as error:
+    except UnitError as error:
         raise refused(f'{error} Or --watchdog off (watchdog="off") to turn it off.') from None

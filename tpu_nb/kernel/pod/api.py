@@ -20,9 +20,10 @@ from tpu_nb.kernel.notebook.cell_output import Write
 from tpu_nb.kernel.notebook.returns import Handback
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.program import PodProgram
-from tpu_nb.kernel.pod.slice_checks import PodTarget, is_remote
+from tpu_nb.kernel.pod.slice_checks import PodTarget
 from tpu_nb.kernel.pod.starting import launch_pod, start_pod_in_background
 from tpu_nb.kernel.run.background import BackgroundRun
+from tpu_nb.wire.locations import is_url
 from tpu_nb.wire.results import ModuleWeights, RankResult, ResultNotLoaded, load_result
 from tpu_nb.wire.run_directory import RESULTS, Cell, RunDirectory, download_results
 
@@ -100,7 +101,7 @@ def read_results(run_dir: str, weights_only: bool = False) -> PodResult:
     Module weights load without unpickling; other values are unpickled unless
     `weights_only` (then they stand as `NotTransferable`).
     """
-    if is_remote(run_dir):
+    if is_url(run_dir):
         with tempfile.TemporaryDirectory(prefix="tpu_nb-pod-") as local:
             try:
                 fetched = download_results(run_dir, Path(local))

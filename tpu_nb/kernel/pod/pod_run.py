@@ -40,9 +40,10 @@ from tpu_nb.kernel.stalls.pod_stacks import PodStacks
 from tpu_nb.wire.events import Heartbeat, Output, Progress, Stalled, Stopping, WorkerStarted
 from tpu_nb.wire.host_lines import MAX_LINE_BYTES, HostEnded, decode
 from tpu_nb.wire.limits import cap_text
-from tpu_nb.wire.results import ExceptionReport, ResultNotLoaded, load_result
+from tpu_nb.wire.results import ResultNotLoaded, load_result
 from tpu_nb.wire.run_directory import STACKS_REQUEST_FILE, STOP_FILE, RunDirectory
 from tpu_nb.wire.stacks import StackAnswer, StackReport
+from tpu_nb.wire.worker_exceptions import ExceptionReport
 
 STREAM_END_WAIT = 10.0  # seconds for the backend's stream to end after every host said it ended
 PLAIN_LINES_KEPT = 3  # of the backend's own output, for an error that needs them

@@ -9,7 +9,6 @@ user asked for that (`--kill-stale`).
 
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import dataclass
 from typing import Literal
@@ -26,16 +25,11 @@ from tpu_nb.kernel.pod.backends.slices import SliceError, TpuSlice, check_pod_na
 from tpu_nb.kernel.pod.backends.tpu_vm import HostVersions, TpuVmSlice
 from tpu_nb.kernel.pod.program import PodProgram, notebook_packages
 from tpu_nb.runtime.versions import release, same_release
+from tpu_nb.wire.locations import is_url
 from tpu_nb.wire.run_directory import MATCHED_PACKAGES
 
 Backend = Literal["auto", "gcloud", "gke", "export"]
 BACKENDS: tuple[Backend, ...] = ("auto", "gcloud", "gke", "export")
-_REMOTE = re.compile(r"^[a-z][a-z0-9+.-]*://")
-
-
-def is_remote(run_dir: str) -> bool:
-    """A run directory given as a URL (gs://..., file://...) rather than a local path."""
-    return _REMOTE.match(run_dir) is not None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,7 +121,7 @@ def _option_problems(options: LaunchOptions, program: PodProgram, target: PodTar
             )
         if target.accelerator is None:
             problems.append("--backend gke needs --accelerator TYPE (e.g. v5litepod-16): the TPU slice the JobSet asks for.")
-        if not is_remote(target.run_dir):
+        if not is_url(target.run_dir):
             problems.append(
                 "--backend gke needs --run-dir gs://BUCKET/PATH: the pods save the results there (with gcsfs in the image) "
                 "for the notebook to fetch once they are gone."

@@ -23,10 +23,11 @@ from tpu_nb.kernel.pod.backends.slices import SliceError, TpuSlice
 from tpu_nb.kernel.pod.backends.tpu_vm import TpuVmSlice
 from tpu_nb.kernel.pod.pod_run import PodRun
 from tpu_nb.kernel.pod.program import PodProgram, write_run_directory
-from tpu_nb.kernel.pod.slice_checks import PodTarget, check, is_remote
+from tpu_nb.kernel.pod.slice_checks import PodTarget, check
 from tpu_nb.kernel.run.background import BackgroundRun, follow_in_background
 from tpu_nb.kernel.run.followed_run import RunObserver, run_in_foreground
 from tpu_nb.kernel.run.leftovers import private_directory
+from tpu_nb.wire.locations import is_url
 from tpu_nb.wire.run_directory import RESULTS, RunDirectory, upload
 
 
@@ -78,7 +79,7 @@ def _write_run(program: PodProgram, target: PodTarget, tpu: TpuSlice | None, exp
     stamp = datetime.datetime.now().strftime("%m%d-%H%M%S")
     name = f"{target.name[: 39 - len(stamp)]}-{stamp}"  # a JobSet name fits 40 characters
     hosts, devices = (1, 1) if tpu is None else (tpu.hosts, tpu.chips)
-    if not is_remote(target.run_dir):
+    if not is_url(target.run_dir):
         return write_run_directory(program, Path(target.run_dir).resolve() / name, name, hosts, devices), None
     run_url = f"{target.run_dir.rstrip('/')}/{name}"
     staging = None if exported else private_directory("pod")

@@ -44,9 +44,10 @@ from tpu_nb.kernel.progress.html_parts import (
 from tpu_nb.kernel.progress.snapshot import MetricRow, ProgressSnapshot
 from tpu_nb.kernel.progress.state import ProgressState
 from tpu_nb.kernel.progress.summary import display_summary, summary_bundle
-from tpu_nb.kernel.progress.text import format_duration, format_rate, step_text, workers_text
+from tpu_nb.kernel.progress.text import format_rate, step_text, workers_text
 from tpu_nb.kernel.progress.widget_display import display_replaceable
 from tpu_nb.wire.events import Event
+from tpu_nb.wire.units import format_duration
 
 STATUS_REFRESH_SECONDS = 0.25
 CHART_REFRESH_SECONDS = 1.0

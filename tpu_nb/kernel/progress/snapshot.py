@@ -77,7 +77,7 @@ class ProgressSnapshot:
     notices: tuple[str, ...]
     diagnoses: tuple[Diagnosis, ...] = ()  # the XLA doctor's findings, one per kind and place
     worker_noun: str = "rank"  # what a worker row stands for: a rank, or a pod run's host
-    checkpoint: str | None = None  # the newest checkpoint, e.g. "checkpoint at step 500 verified (12.3 MB, 0.8s)"
+    checkpoint: str | None = None  # the newest checkpoint, e.g. "checkpoint at step 500 verified (11.7 MiB, 0.8s)"
     stall: StackReport | None = None  # where every rank was when the watchdog spoke, until they move again
 
     @property

@@ -28,8 +28,8 @@ from tpu_nb.wire.events import (
     WorkerRaised,
     WorkerStarted,
 )
-from tpu_nb.wire.results import format_bytes
 from tpu_nb.wire.stacks import StackReport
+from tpu_nb.wire.units import format_bytes
 
 RATE_WINDOW_SECONDS = 20.0
 """Steps/s is measured over this recent window, not since the start (which includes compilation)."""

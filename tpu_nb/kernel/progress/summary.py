@@ -31,12 +31,12 @@ from tpu_nb.kernel.progress.text import (
     diagnosis_text,
     final_line,
     final_metrics,
-    format_duration,
     format_value,
     health,
     step_text,
     workers_text,
 )
+from tpu_nb.wire.units import format_duration
 
 SUMMARY_TABLE_ROWS = 8
 

@@ -15,6 +15,7 @@ from tpu_nb.kernel.progress.snapshot import EVAL_PREFIX, TRAINING_LOSS, Progress
 from tpu_nb.kernel.progress.state import ProgressState
 from tpu_nb.wire.events import Diagnosis, Event
 from tpu_nb.wire.stacks import StackReport
+from tpu_nb.wire.units import format_bytes, format_duration
 
 HealthLevel = CompileLevel
 
@@ -194,27 +195,6 @@ def diagnosis_text(diagnosis: Diagnosis) -> str:
     """One diagnosis as a paragraph: title, evidence, places, fix."""
     places = f" At {'; '.join(diagnosis.places)}." if diagnosis.places else ""
     return f"{diagnosis.title}: {diagnosis.evidence}.{places} Fix: {diagnosis.fix}."
-
-
-def format_bytes(count: float) -> str:
-    """1.5 GiB, 320 MiB."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.3g} {unit}"
-        count /= 1024
-    raise AssertionError("unreachable")
-
-
-def format_duration(seconds: float) -> str:
-    """42s, 2m02s, 1h05m."""
-    whole = round(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    minutes, secs = divmod(whole, 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 def format_value(value: float) -> str:

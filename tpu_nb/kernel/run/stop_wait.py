@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpu_nb.wire.checkpoints import CheckpointPlan, format_duration
+from tpu_nb.wire.checkpoints import CheckpointPlan
 from tpu_nb.wire.events import CheckpointSaved, Event, Heartbeat, Progress
+from tpu_nb.wire.units import format_duration
 
 MARGIN = 1.5
 """A step may take longer than the longest seen so far (another batch, a slower host): half as long again."""
@@ -50,11 +51,11 @@ class StopWait:
         """The cell's and the dashboard's words: what the stop waits for, and how to stop now."""
         after = "" if self.last_step is None else f" after step {self.last_step}"
         if self.busy is not None:
-            why = f"a rank is {self.busy}; then up to {_seconds(self.seconds)} for the step boundary"
+            why = f"a rank is {self.busy}; then up to {format_duration(self.seconds)} for the step boundary"
         elif self.step_seconds is not None and self.seconds > grace:
-            why = f"a step takes about {_seconds(self.step_seconds)}, so within about {_seconds(self.seconds)}"
+            why = f"a step takes about {format_duration(self.step_seconds)}, so within about {format_duration(self.seconds)}"
         else:
-            why = f"within {_seconds(self.seconds)}"
+            why = f"within {format_duration(self.seconds)}"
         return f"stopping at the next step boundary every worker reaches{after}: {why}; interrupt again to stop at once."
 
 
@@ -158,9 +159,5 @@ class StopClock:
     @staticmethod
     def _long_phase(heartbeat: Heartbeat) -> str | None:
         if heartbeat.compiling is not None:
-            return f"compiling (for {_seconds(heartbeat.compiling)})"
+            return f"compiling (for {format_duration(heartbeat.compiling)})"
         return BUSY_PHASES.get(heartbeat.phase)
-
-
-def _seconds(seconds: float) -> str:
-    return f"{seconds:.1f}s" if seconds < 10 else format_duration(seconds)

@@ -34,7 +34,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tpu_nb.wire.results import load_imported_modules
+from tpu_nb.wire.supervisor_report import load_imported_modules
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell

@@ -28,6 +28,7 @@ from typing import Any
 
 from tpu_nb.runtime.system import process_alive
 from tpu_nb.wire.checkpoints import PARTIAL, PREFIX, RECORD, Checkpoint, checkpoint_name, list_checkpoints
+from tpu_nb.wire.locations import is_remote, local_path
 from tpu_nb.workers.checkpoints.contents import TENSOR_FILES
 
 TRAINER_STATE = "trainer_state.json"
@@ -51,7 +52,7 @@ def prune(directory: str, keep: int, budget: int | None = None) -> list[Checkpoi
         filesystem.rm(fsspec.core.url_to_fs(checkpoint.path)[1], recursive=True)
     if not is_remote(directory):
         # A write the session's end cut short leaves its staging directory: gone once a later checkpoint counts.
-        for staging in Path(directory.removeprefix("file://")).glob(f"{PREFIX}*{PARTIAL}"):
+        for staging in Path(local_path(directory)).glob(f"{PREFIX}*{PARTIAL}"):
             step = staging.name.removeprefix(PREFIX).removesuffix(PARTIAL)
             if step.isdigit() and int(step) < newest:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -111,7 +112,7 @@ def trainer_directory(directory: str) -> str:
     """Where a Trainer writes its checkpoints: the checkpoint directory, or, for a URL, a local one they are copied from."""
     if is_remote(directory):
         return str(temporary_directory(TRAINER_PREFIX))
-    return directory.removeprefix("file://")
+    return local_path(directory)
 
 
 def temporary_directory(prefix: str) -> Path:
@@ -153,7 +154,7 @@ def local_copy(path: str, ranks: int | None = None) -> Path:
     copy removes the shared directory. `ranks`: how many will ask (by default, the run's ranks).
     """
     if not is_remote(path):
-        return Path(path.removeprefix("file://"))
+        return Path(local_path(path))
     name = path.rstrip("/").rsplit("/", 1)[-1]
     copy = temporary_directory(COPY_PREFIX) / name
     try:
@@ -254,10 +255,6 @@ def _private_directory(home: Path) -> None:
         raise OSError(errno.EEXIST, f"{home} is not a directory of this user's: remove it to resume")
 
 
-def is_remote(directory: str) -> bool:
-    return "://" in directory and not directory.startswith("file://")
-
-
 class Staged:
     """A checkpoint's directory while it is written: `DIR/checkpoint-N.partial`, renamed when done (or uploaded, for a URL)."""
 
@@ -271,7 +268,7 @@ class Staged:
             self._temporary = temporary_directory(STAGING_PREFIX)
             self.path = self._temporary / checkpoint_name(step=self.step)
         else:
-            base = Path(self.directory.removeprefix("file://"))
+            base = Path(local_path(self.directory))
             base.mkdir(parents=True, exist_ok=True)
             self.path = base / (checkpoint_name(self.step) + PARTIAL)
             shutil.rmtree(self.path, ignore_errors=True)

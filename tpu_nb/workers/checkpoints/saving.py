@@ -45,7 +45,8 @@ from tpu_nb.wire.checkpoints import (
     list_checkpoints,
 )
 from tpu_nb.wire.events import CheckpointSaved, History, Notice
-from tpu_nb.wire.results import format_bytes
+from tpu_nb.wire.locations import is_remote
+from tpu_nb.wire.units import format_bytes
 from tpu_nb.workers.checkpoints.checks import (
     check_loop_checkpoint,
     check_trainer_checkpoint,
@@ -57,7 +58,7 @@ from tpu_nb.workers.checkpoints.checks import (
     saved_checksums,
 )
 from tpu_nb.workers.checkpoints.contents import FreedMemoryReturned, checksum, flat_tensors, load_safely, tensor_bytes
-from tpu_nb.workers.checkpoints.files import Staged, is_remote, local_copy, prune, remove_copy, upload_record_last
+from tpu_nb.workers.checkpoints.files import Staged, local_copy, prune, remove_copy, upload_record_last
 from tpu_nb.workers.checkpoints.xla_seed import seed_kept
 
 

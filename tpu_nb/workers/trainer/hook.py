@@ -22,9 +22,10 @@ from types import ModuleType
 from typing import Any
 
 from tpu_nb.wire.checkpoints import Every
+from tpu_nb.wire.locations import is_remote
 from tpu_nb.workers import reporting
 from tpu_nb.workers.checkpoints import xla_seed
-from tpu_nb.workers.checkpoints.files import TRAINER_STATE, is_remote, local_copy, remove_copy, trainer_directory
+from tpu_nb.workers.checkpoints.files import TRAINER_STATE, local_copy, remove_copy, trainer_directory
 
 _TRAINER_MODULE = "transformers.trainer"
 # transformers 5 defaults to the fused AdamW on torch >= 2.8, which fails on
