@@ -1,5 +1,11 @@
 """What runs in the notebook's own process (the kernel), which never touches an XLA device.
 
+Rooms by the part of a run they serve: `planning/` (options, checks, the
+workers' environment), `run/` (a run's life, on this machine or in the
+background), `notebook/` (what a cell shows and gets back), `endings/` (how
+a run ended, said once), `progress/` (the dashboard), `stalls/` (a run gone
+quiet), `tpu/` (the chips seen from here), `pod/` (pod slices).
+
 `magics` (the IPython glue) and `launching` (`tpu_nb.launch`) are the entry
 points. Every run lives the life `followed_run` writes once (start, events,
 graceful and hard stops, the timeout, its ending): on this machine a

@@ -53,14 +53,14 @@ def test_a_url_gets_the_checkpoint_record_last_and_a_resume_copies_it_back() -> 
     finally:
         del memory.put_file
     assert uploads == ["a.bin", "state.pt", RECORD]
-    copy = local_copy("memory://bucket/runs/checkpoint-5")
+    copy = local_copy("memory://bucket/runs/checkpoint-5", ranks=1)
     assert copy.name == "checkpoint-5" and (copy / "state.pt").read_bytes() == b"state"
     remove_copy("memory://bucket/runs/checkpoint-5", copy)
     assert not copy.parent.exists()
 
 
 def test_local_paths_and_file_urls_are_used_in_place(tmp_path: Path) -> None:
-    assert local_copy(f"file://{tmp_path}") == tmp_path
+    assert local_copy(f"file://{tmp_path}", ranks=1) == tmp_path
     assert trainer_directory(f"file://{tmp_path}") == str(tmp_path)
     local = Path(trainer_directory("gs://bucket/run"))  # a Trainer writes locally; tpu_nb uploads each checked checkpoint
     assert local.is_dir() and local != tmp_path
@@ -166,7 +166,7 @@ def test_temporary_directories_are_never_taken_for_a_dead_kernels_pid(tmp_path: 
     monkeypatch.setattr(tempfile, "_get_candidate_names", lambda: iter(f"{number:08d}" for number in range(10**7, 10**8)))
     memory = fsspec.filesystem("memory")
     memory.pipe("/digits/checkpoint-4/state.pt", b"state")
-    copy = local_copy("memory://digits/checkpoint-4")
+    copy = local_copy("memory://digits/checkpoint-4", ranks=1)
     trainer = Path(trainer_directory("memory://digits"))
     with Staged("memory://digits", 5) as staging:
         remove_left_behind(tmp_path)  # another kernel clears what dead kernels left

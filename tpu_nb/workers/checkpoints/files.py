@@ -144,14 +144,14 @@ def remove_abandoned(directory: Path) -> None:
                 shutil.rmtree(path, ignore_errors=True)
 
 
-def local_copy(path: str, ranks: int | None = None) -> Path:
+def local_copy(path: str, ranks: int) -> Path:
     """A checkpoint's directory on this machine: itself, or a URL's files copied into a new temporary directory (whoever
     asked removes that directory, the copy's parent, when done).
 
     A URL is fetched once per host for the ranks of a run here: the first to ask fetches it into a directory they
     share (under a lock file beside it); each takes hard links to its tensor files (stored once; never written to)
     and copies of the small ones (a Trainer's resume rewrites its trainer_state.json); the last rank to take its
-    copy removes the shared directory. `ranks`: how many will ask (by default, the run's ranks).
+    copy removes the shared directory. `ranks`: how many will ask (the run's ranks on this host).
     """
     if not is_remote(path):
         return Path(local_path(path))
@@ -170,7 +170,7 @@ def local_copy(path: str, ranks: int | None = None) -> Path:
             takers = shared / "takers"
             takers.mkdir(exist_ok=True)
             (takers / f"{len(list(takers.iterdir()))}").write_text(str(os.getpid()))
-            if len(list(takers.iterdir())) >= (ranks or _ranks_here()):
+            if len(list(takers.iterdir())) >= ranks:
                 _remove(shared, lock)
     except BaseException:
         shutil.rmtree(copy.parent, ignore_errors=True)
@@ -194,14 +194,6 @@ def _take(shared: Path, copy: Path) -> None:
             except OSError:
                 pass  # a file system without hard links: copied below
         shutil.copyfile(file, copy / file.name)
-
-
-def _ranks_here() -> int:
-    """How many ranks of this run take a copy on this host: all of its ranks (checkpoints are for one host's runs)."""
-    from tpu_nb.workers import reporting
-
-    reporter = reporting.current()
-    return 1 if reporter is None else reporter.world_size
 
 
 def _fetch(url: str, local: Path) -> None:

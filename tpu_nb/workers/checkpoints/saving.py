@@ -168,7 +168,7 @@ class Checkpointer:
         assert self.plan.resume_from is not None
         reasons: list[str] = []
         for path in self._resume_candidates(self.plan.resume_from):
-            local = local_copy(path)
+            local = local_copy(path, self.world["world_size"])
             problem = _unusable(local)
             if problem is None:
                 self.passed_over, self._resumed_from = reasons, path

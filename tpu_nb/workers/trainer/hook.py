@@ -241,7 +241,7 @@ def _checkpoints_where_asked(trainer_class: Any) -> None:
                 path, local = checkpointer.resume_copy()
                 copies.append((path, local))
                 if is_remote(path):
-                    copies += _best_fetched(local, path)
+                    copies += _best_fetched(local, path, reporter.world_size)
                 checkpointer.resume_trainer(str(local), self.model, reporter.rank)
                 resume_from_checkpoint = str(local)
             if checkpoints is not None:
@@ -272,7 +272,7 @@ def _checkpoints_where_asked(trainer_class: Any) -> None:
         if not _exists(url):
             original_load_best(self)  # its upload failed (its local copy is gone too): transformers says it is not found
             return
-        copy = local_copy(url)
+        copy = local_copy(url, reporter.world_size)
         self.state.best_model_checkpoint = str(copy)
         try:
             original_load_best(self)
@@ -285,7 +285,7 @@ def _checkpoints_where_asked(trainer_class: Any) -> None:
     trainer_class._load_best_model = _load_best_model
 
 
-def _best_fetched(local: Path, url: str) -> list[tuple[str, Path]]:
+def _best_fetched(local: Path, url: str, ranks: int) -> list[tuple[str, Path]]:
     """A resume from a URL: the best checkpoint its trainer_state.json names (a local path in the run that saved it,
     gone since) fetched too and named there, so transformers keeps tracking it. The copies made."""
     state_file = local / TRAINER_STATE
@@ -302,7 +302,7 @@ def _best_fetched(local: Path, url: str) -> list[tuple[str, Path]]:
         best_url = f"{url.rstrip('/').rsplit('/', 1)[0]}/{name}"
         if not _exists(best_url):
             return []  # removed (by a run before tpu_nb kept it): transformers says it is gone
-        copies.append((best_url, local_copy(best_url)))
+        copies.append((best_url, local_copy(best_url, ranks)))
         state["best_model_checkpoint"] = str(copies[-1][1])
     state_file.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")  # a copy of its own (local_copy)
     return copies
