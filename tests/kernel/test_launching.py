@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from IPython.core.error import UsageError
 from support.kernel import plain
 from support.processes import STARTUP, descendants, wait_until
 
@@ -187,7 +186,7 @@ def test_a_background_handle_before_and_after_its_end() -> None:
     assert run.status == "interrupted"
     with pytest.raises(TrainingInterrupted):
         run.wait()
-    with pytest.raises(UsageError, match=r"run 'sleep_forever' has ended \(interrupted\): it has no stacks any more\."):
+    with pytest.raises(tpu_nb.RunEnded, match=r"run 'sleep_forever' has ended \(interrupted\): it has no stacks any more\."):
         run.stacks()
     assert not descendants(os.getpid())
 
@@ -198,7 +197,7 @@ def return_a_lock() -> object:
 
 def test_a_return_value_that_cannot_come_back_is_an_error_that_says_why() -> None:
     with pytest.raises(
-        UsageError, match=r"rank 0: the function returned a lock, which cannot be sent back from the worker \(cannot pickle"
+        tpu_nb.NotReturned, match=r"rank 0: the function returned a lock, which cannot be sent back from the worker \(cannot pickle"
     ):
         tpu_nb.launch(return_a_lock, progress=False)
     assert not descendants(os.getpid())

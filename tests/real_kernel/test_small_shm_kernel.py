@@ -82,7 +82,7 @@ def test_a_value_no_place_can_hold_is_an_error_with_the_sizes_and_the_weights_st
     )
     text = text_of(cell)
     assert "updated `model` in place" in text, text
-    assert "UsageError: the value (190.8 MiB) could not be sent back: no place had room for it (/dev/shm/tpu_nb-" in text, text
+    assert "NotReturned: the value (190.8 MiB) could not be sent back: no place had room for it (/dev/shm/tpu_nb-" in text, text
     assert "small-temp/tpu_nb-results-" in text and "No space left on device" in text and "Free space there, or send back less" in text
     assert "0.25" in text_of(kernel.run("print(float(model.weight[0, 0]))"))
     assert "[]" in text_of(kernel.run(LEFT_BEHIND))

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from IPython.core.error import UsageError
 
 from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
 
@@ -13,7 +12,7 @@ from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
 def test_results_of_a_run_that_saved_none_say_what_to_check(tmp_path: Path) -> None:
     import tpu_nb
 
-    with pytest.raises(UsageError, match="holds no results of rank 0 .results/result-0.json.: has the run ended"):
+    with pytest.raises(tpu_nb.NotReturned, match="holds no results of rank 0 .results/result-0.json.: has the run ended"):
         tpu_nb.pod.results(tmp_path)
 
 

@@ -24,7 +24,7 @@ from IPython.utils.capture import capture_output
 from support.pods import SimulatedSlice, simulate_slice
 from support.processes import STARTUP, wait_until
 
-from tpu_nb.kernel.endings.notebook_errors import LaunchRefused, TrainingInterrupted, WorkerError
+from tpu_nb.kernel.endings.notebook_errors import LaunchRefused, RunEnded, TrainingInterrupted, WorkerError
 from tpu_nb.kernel.notebook.cell_output import Write
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.backends.tpu_vm import TpuVmSlice
@@ -238,7 +238,7 @@ def test_a_stalled_rank_on_one_host_gets_every_hosts_stacks_at_the_cell_line(pod
         assert "rank 0 on host 1" in on_demand.full_stacks()
     assert [stall.rank for stall in events.of(Stalled)] == [1]  # on host 1's row
     assert wait_until(lambda: pod.live_processes() == [], 10), pod.live_processes()
-    with pytest.raises(UsageError, match="the run has ended"):
+    with pytest.raises(RunEnded, match="the run has ended"):
         run.stacks()
 
 
@@ -282,7 +282,8 @@ def test_refused_before_anything_starts(ip: InteractiveShell, pod: SimulatedSlic
     assert isinstance(result.error_in_exec, UsageError) and "--cores" in str(result.error_in_exec)
 
 
-def test_pod_launch_runs_a_function_after_the_prepared_cells(ip: InteractiveShell, one_host: SimulatedSlice) -> None:
+def test_pod_launch_runs_a_function_after_the_prepared_cells_in_the_background(ip: InteractiveShell, one_host: SimulatedSlice) -> None:
+    """`tpu_nb.pod.launch` takes what `%%tpu_train --pod` takes: `background`, `deadline` and `watchdog` too."""
     with capture_output():
         assert ip.run_cell("%%tpu_prepare\n" + PREPARE).success
         result = ip.run_cell(
@@ -293,12 +294,15 @@ def test_pod_launch_runs_a_function_after_the_prepared_cells(ip: InteractiveShel
             "    loss.backward()\n"
             "    return round(float(loss), 6)\n"
             "import tpu_nb\n"
-            "tpu_nb.pod.launch(train, 'my-slice', returns=('model',), progress=False)\n"
+            "job = tpu_nb.pod.launch(train, 'my-slice', returns=('model',), progress=False, background=True, deadline='1h', "
+            "watchdog='off')\n"
+            "job.wait(120)\n"
         )
     assert result.success, result.error_in_exec
     assert isinstance(result.result.value, float)
     weights = result.result.returned["model"]
     assert set(weights) == {"weight", "bias"} and isinstance(weights["weight"], torch.Tensor)
+    assert ip.user_ns["job"].status == "done"
     assert one_host.live_processes() == []
 
 
