@@ -17,7 +17,7 @@ def test_a_refused_launch_shows_only_its_message(kernel: Kernel) -> None:
     [error] = errors_of(cell)
     assert error.ename == "LaunchRefused"
     assert shown(cell).splitlines() == [
-        "LaunchRefused: tpu_nb did not start the workers:",
+        "LaunchRefused: tpu_nb did not start the run:",
         "- cores=0: give a positive number of XLA devices, or leave it out to use all.",
         "- timeout=-1.0: give a positive number of seconds, or leave it out for no limit.",
     ]
@@ -29,5 +29,5 @@ def test_a_launch_refused_from_python_shows_only_its_message(kernel: Kernel) -> 
     cell = kernel.run("tpu_nb.launch(print, timeout=0)")
     assert [error.ename for error in errors_of(cell)] == ["LaunchRefused"]
     assert shown(cell) == (
-        "LaunchRefused: tpu_nb did not start the workers:\n- timeout=0: give a positive number of seconds, or leave it out for no limit.\n"
+        "LaunchRefused: tpu_nb did not start the run:\n- timeout=0: give a positive number of seconds, or leave it out for no limit.\n"
     )
