@@ -25,7 +25,7 @@ looks where this machine's pip looks (the local indexes and /opt/wheels, read
 from PIP_* and pip's config by `pip_sources`) and then PyPI, for the best
 match, as pip does. Large wheels that the dev venv (.venv) already holds at the
 version the image needs are hard-linked in first (see `link_large_wheels`). `install` installs tpu_nb from this checkout the way the
-README tells Colab and Kaggle users to (`pip install tpu_nb`, no extras) and
+README's "Install" tells Colab and Kaggle users to (`pip install tpu_nb`, no extras) and
 compares the environment before and after: a package that pip upgraded,
 downgraded or removed fails the build; packages it added are listed.
 """

@@ -40,7 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
 collect_ignore = [] if os.environ.get("TPU_NB_TORCH_TPU_ENV") == "1" else ["torch_tpu_env"]
 
 
-# What takes longest (measured: the README's "Supported versions and the images tested"): the tutorials (40-200 s
+# What takes longest (measured: docs/concepts/testing.md, "How long the tests take"): the tutorials (40-200 s
 # each), the real kernels (10-100 s), JupyterLab and the pod runs start kernels or processes and train.
 LONGEST = ("/tests/notebooks/", "/tests/browser/", "/tests/real_kernel/", "/tests/kernel/pod/test_pod_run.py")
 SHARED_KERNEL = "/tests/real_kernel/"

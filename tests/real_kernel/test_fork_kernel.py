@@ -3,7 +3,7 @@
 On Python 3.12+ every `os.fork()` in a process with more than one thread
 warns (DeprecationWarning); a Jupyter kernel always has several (ipykernel's,
 IPython's history, torch's and tokenizers' pools). tpu_nb forks on purpose
-(see the README, "How it works") and shows nothing for its own forks, while
+(see docs/concepts/how-it-works.md) and shows nothing for its own forks, while
 a fork of the user's own still warns. `make test-compat` runs this on
 Python 3.13 (Colab's); on 3.11 there is no warning to see at all.
 """

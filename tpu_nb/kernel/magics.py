@@ -85,7 +85,10 @@ class TpuMagics(Magics):
     @argument("directory", nargs="?", metavar="DIR", help="The checkpoint directory (default: the latest run's --checkpoint).")
     @line_magic
     def tpu_checkpoints(self, line: str) -> None:
-        """List the checkpoints in DIR: step, time, loss, size, and whether each was verified."""
+        """List the checkpoints in DIR: step, time, loss, size, and whether each was verified.
+
+        Guide: docs/guides/checkpoints.md
+        """
         args = parse_argstring(self.tpu_checkpoints, line)
         directory = args.directory or self.last_checkpoints
         if directory is None:
@@ -96,7 +99,10 @@ class TpuMagics(Magics):
     @magic_arguments()
     @line_magic
     def tpu_info(self, line: str) -> None:
-        """Show this runtime: platform, TPU, devices, workers, versions, and problems with their fixes."""
+        """Show this runtime: platform, TPU, devices, workers, versions, and problems with their fixes.
+
+        Guide: docs/guides/runtimes-and-versions.md
+        """
         parse_argstring(self.tpu_info, line)
         display(RuntimePanel(detect()))
 
@@ -122,6 +128,8 @@ class TpuMagics(Magics):
         runs under, never another user's process, never this kernel's running
         run (stop it through its cell or handle). Says what it ended, and
         whether SIGKILL was needed.
+
+        Guide: docs/guides/watchdog-and-release.md
         """
         args = parse_argstring(self.tpu_release, line)
         if not args.grace >= 0:  # also refuses nan
@@ -137,7 +145,10 @@ class TpuMagics(Magics):
     @magic_arguments()
     @line_magic
     def tpu_picker(self, line: str) -> Any:
-        """Pick a task, model, dataset and hyperparameters; check them, preview the data, then insert a training cell or train now."""
+        """Pick a task, model, dataset and hyperparameters; check them, preview the data, then insert a training cell or train now.
+
+        Guide: docs/guides/recipes-and-picker.md
+        """
         parse_argstring(self.tpu_picker, line)
         from tpu_nb.picking import picker
 
@@ -155,6 +166,8 @@ class TpuMagics(Magics):
         stops the workers at the next step boundary (`report(...)` raises
         `StopTraining`; a Trainer stops and saves a checkpoint) and the
         trained model still comes back; a second interrupt stops at once.
+
+        Guide: docs/guides/train-cell.md; every option: docs/reference/options.md; the README's quick start
         """
         args = parse_argstring(self.tpu_train, line)
         if not args.name.isidentifier():
@@ -181,6 +194,8 @@ class TpuMagics(Magics):
         the recorded cells (imports, data, model), in order, then the training
         cell. A cell run again replaces its earlier run. As a line magic:
         `%tpu_prepare --show` lists the recorded cells, `--clear` forgets them.
+
+        Guide: docs/guides/pod-slices.md
         """
         args = parse_argstring(self.tpu_prepare, line)
         if cell is None:

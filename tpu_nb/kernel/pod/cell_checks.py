@@ -30,7 +30,7 @@ def check_plain_python(magic: str, source: str, transformed: str) -> None:
         raise UsageError(
             f"{magic}: line {found.line} (`{found.text}`) is IPython syntax (a magic or a ! command), which train.py on the "
             "pod's hosts cannot run; nothing was run. Write it in Python, or move it to a cell without "
-            f"{magic} (install packages on the hosts themselves: see the README, 'Pod slices')."
+            f"{magic} (install packages on the hosts themselves: see docs/guides/pod-slices.md)."
         )
 
 
