@@ -41,3 +41,13 @@ def test_every_relative_link_and_anchor_resolves() -> None:
             elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
                 broken.append(f"{document.relative_to(REPO)}: {target} (no such anchor)")
     assert broken == []
+
+
+def test_every_link_into_the_repository_from_the_code_names_a_file_that_exists() -> None:
+    """The magics' help points at guides by their address on GitHub: each must be a file of this checkout."""
+    home = "https://github.com/tpu-nb/tpu_nb/blob/main/"
+    named = {
+        match for source in (REPO / "tpu_nb").rglob("*.py") for match in re.findall(re.escape(home) + r"([\w./-]+)", source.read_text())
+    }
+    assert "docs/guides/train-cell.md" in named
+    assert [path for path in sorted(named) if not (REPO / path).is_file()] == []

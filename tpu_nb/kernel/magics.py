@@ -87,7 +87,7 @@ class TpuMagics(Magics):
     def tpu_checkpoints(self, line: str) -> None:
         """List the checkpoints in DIR: step, time, loss, size, and whether each was verified.
 
-        Guide: docs/guides/checkpoints.md
+        Guide: https://github.com/tpu-nb/tpu_nb/blob/main/docs/guides/checkpoints.md
         """
         args = parse_argstring(self.tpu_checkpoints, line)
         directory = args.directory or self.last_checkpoints
@@ -101,7 +101,7 @@ class TpuMagics(Magics):
     def tpu_info(self, line: str) -> None:
         """Show this runtime: platform, TPU, devices, workers, versions, and problems with their fixes.
 
-        Guide: docs/guides/runtimes-and-versions.md
+        Guide: https://github.com/tpu-nb/tpu_nb/blob/main/docs/guides/runtimes-and-versions.md
         """
         parse_argstring(self.tpu_info, line)
         display(RuntimePanel(detect()))
@@ -129,7 +129,7 @@ class TpuMagics(Magics):
         run (stop it through its cell or handle). Says what it ended, and
         whether SIGKILL was needed.
 
-        Guide: docs/guides/watchdog-and-release.md
+        Guide: https://github.com/tpu-nb/tpu_nb/blob/main/docs/guides/watchdog-and-release.md
         """
         args = parse_argstring(self.tpu_release, line)
         if not args.grace >= 0:  # also refuses nan
@@ -147,7 +147,7 @@ class TpuMagics(Magics):
     def tpu_picker(self, line: str) -> Any:
         """Pick a task, model, dataset and hyperparameters; check them, preview the data, then insert a training cell or train now.
 
-        Guide: docs/guides/recipes-and-picker.md
+        Guide: https://github.com/tpu-nb/tpu_nb/blob/main/docs/guides/recipes-and-picker.md
         """
         parse_argstring(self.tpu_picker, line)
         from tpu_nb.picking import picker
@@ -167,7 +167,8 @@ class TpuMagics(Magics):
         `StopTraining`; a Trainer stops and saves a checkpoint) and the
         trained model still comes back; a second interrupt stops at once.
 
-        Guide: docs/guides/train-cell.md; every option: docs/reference/options.md; the README's quick start
+        Guide: https://github.com/tpu-nb/tpu_nb/blob/main/docs/guides/train-cell.md
+        Every option: https://github.com/tpu-nb/tpu_nb/blob/main/docs/reference/options.md
         """
         args = parse_argstring(self.tpu_train, line)
         if not args.name.isidentifier():
@@ -195,7 +196,7 @@ class TpuMagics(Magics):
         cell. A cell run again replaces its earlier run. As a line magic:
         `%tpu_prepare --show` lists the recorded cells, `--clear` forgets them.
 
-        Guide: docs/guides/pod-slices.md
+        Guide: https://github.com/tpu-nb/tpu_nb/blob/main/docs/guides/pod-slices.md
         """
         args = parse_argstring(self.tpu_prepare, line)
         if cell is None:
