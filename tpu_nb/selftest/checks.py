@@ -44,6 +44,8 @@ class Check:
     quick: bool
     """Part of `--quick` (the first few)."""
     run: Callable[[Context], CheckOutcome]
+    needs_torch_xla: bool = True
+    """Its runs use torch_xla: where the runtime runs TorchTPU instead, it is skipped, saying so."""
 
 
 def skipped(reason: str) -> CheckOutcome:
@@ -385,5 +387,5 @@ CHECKS: tuple[Check, ...] = (
     Check(11, "chip_figures", "tpu-info: duty cycle and HBM", 60, False, chip_figures),
     Check(12, "bf16", "a bfloat16 step", 60, False, bf16),
     Check(13, "spmd", "--spmd: 1/N of the parameters per device", 60, False, spmd),
-    Check(14, "torch_tpu", "TorchTPU in each mode", 120, False, torch_tpu),
+    Check(14, "torch_tpu", "TorchTPU in each mode", 120, False, torch_tpu, needs_torch_xla=False),
 )

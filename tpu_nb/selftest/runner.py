@@ -15,7 +15,7 @@ from tpu_nb.runtime import detect
 from tpu_nb.runtime.info import RuntimeInfo
 from tpu_nb.selftest.checks import CHECKS, Check
 from tpu_nb.selftest.context import Context
-from tpu_nb.selftest.results import CheckFailed, CheckResult, SelftestReport, Status
+from tpu_nb.selftest.results import CheckFailed, CheckOutcome, CheckResult, SelftestReport, Status
 
 QUICK = sum(check.quick for check in CHECKS)
 """How many checks `--quick` runs: the first ones, which say whether tpu_nb runs here at all."""
@@ -63,7 +63,7 @@ def run_check(check: Check, context: Context) -> CheckResult:
     reason = trace = None
     status: Status
     try:
-        outcome = check.run(context)
+        outcome = _not_on_this_stack(check, context) or check.run(context)
         figures, reason = outcome.figures, outcome.skipped
         status = "skipped" if outcome.skipped else "passed"
     except CheckFailed as failure:
@@ -77,6 +77,14 @@ def run_check(check: Check, context: Context) -> CheckResult:
             f"took {seconds:.0f}s, over its limit of {check.limit_seconds:.0f}s: this device or machine is slower than it should be",
         )
     return CheckResult(check.number, check.name, check.title, status, figures, round(seconds, 2), reason, trace)
+
+
+def _not_on_this_stack(check: Check, context: Context) -> CheckOutcome | None:
+    """A skip for a torch_xla check where this runtime runs TorchTPU (None: it runs here); check 14 runs TorchTPU itself."""
+    chosen = context.info.stack.chosen
+    if not check.needs_torch_xla or chosen == "torch_xla":
+        return None
+    return CheckOutcome(skipped=f"this runtime runs {chosen}, not torch_xla, which this check's runs use (%tpu_info says why)")
 
 
 def runtime_facts(info: RuntimeInfo) -> dict[str, Any]:
