@@ -53,7 +53,7 @@ def options_page() -> str:
 def magics_page() -> str:
     from tpu_nb.kernel.magics import TpuMagics
 
-    magics = ("tpu_train", "tpu_prepare", "tpu_info", "tpu_checkpoints", "tpu_release", "tpu_picker")
+    magics = ("tpu_train", "tpu_prepare", "tpu_info", "tpu_checkpoints", "tpu_release", "tpu_picker", "tpu_selftest")
     lines = ["# Magics", "", GENERATED, "", "What `%magic?` shows in a notebook, for every magic `%load_ext tpu_nb` adds.", ""]
     for name in magics:
         prefix = "%%" if name in ("tpu_train",) else "%"
@@ -65,6 +65,7 @@ def python_page() -> str:
     import tpu_nb
     import tpu_nb.checkpoint
     import tpu_nb.pod
+    import tpu_nb.selftest
     import tpu_nb.spmd
     from tpu_nb.kernel.run.background import BackgroundRun
 
@@ -78,6 +79,7 @@ def python_page() -> str:
         ("tpu_nb.pod.results", tpu_nb.pod.results),
         ("tpu_nb.checkpoint.track", tpu_nb.checkpoint.track),
         ("tpu_nb.checkpoint.skip", tpu_nb.checkpoint.skip),
+        ("tpu_nb.selftest.run", tpu_nb.selftest.run),
         *((f"tpu_nb.spmd.{name}", getattr(tpu_nb.spmd, name)) for name in tpu_nb.spmd.__all__),
     ]
     lines = ["# Python API", "", GENERATED, ""]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -103,6 +104,23 @@ def test_the_install_cell_installs_nothing_the_image_has(name: str, case: int) -
     with capture_output():
         exec(code, shell.namespace)
     assert shell.pip_lines == INSTALLS[NEEDS.get(name, "tpu_nb")][case]
+
+
+def test_selftest(tmp_path: Path) -> None:
+    """The whole series, once in `make test`: every check passes or is skipped with its reason; what awaits a TPU is skipped."""
+    _notebook, text, seconds = execute("00_selftest.ipynb", tmp_path, time_bound=300)
+    [path] = tmp_path.glob("tpu_nb-selftest-*.json")
+    report = json.loads(path.read_text())
+    results = {result["name"]: result for result in report["results"]}
+    assert [result["number"] for result in report["results"]] == list(range(1, 15))
+    failed = {name: result["reason"] for name, result in results.items() if result["status"] == "failed"}
+    assert not failed, failed
+    assert all(result["reason"] for result in results.values() if result["status"] == "skipped")
+    assert {name for name, result in results.items() if result["status"] == "skipped"} >= {"compile_cache", "chip_figures", "torch_tpu"}
+    assert "XLA:CPU cannot load cached programs" in results["compile_cache"]["reason"]
+    assert results["dashboard"]["figures"]["compilations_after_warm_up"] == 0
+    assert str(path.name) in text and "'failed': 0" in text
+    print(f"00_selftest: {seconds:.0f}s; " + ", ".join(f"{result['number']} {result['seconds']:.1f}s" for result in report["results"]))
 
 
 def test_quickstart(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ def test_every_option_magic_and_public_name_is_in_the_reference() -> None:
     for option in OPTIONS:
         assert f'<a id="{option.name}"></a>`{option.name}`' in options
         assert option.flag in options or "cell" not in option.surfaces
-    for magic in ("%%tpu_train", "%tpu_prepare", "%tpu_info", "%tpu_checkpoints", "%tpu_release", "%tpu_picker"):
+    for magic in ("%%tpu_train", "%tpu_prepare", "%tpu_info", "%tpu_checkpoints", "%tpu_release", "%tpu_picker", "%tpu_selftest"):
         assert f"## `{magic}`" in magics
     public = [f"tpu_nb.{name}" for name in ("launch", "report", "in_worker", "picker", "runtime_panel", "BackgroundRun")]
     public += [f"tpu_nb.{name}" for name in tpu_nb._LAZY]

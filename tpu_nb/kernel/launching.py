@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tpu_nb.kernel.endings.notebook_errors import NotReturned
 from tpu_nb.kernel.endings.run_ending import Ending
-from tpu_nb.kernel.notebook.cell_output import Write
+from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.returns import Handback
 from tpu_nb.kernel.planning.declared_options import check_keywords, given
 from tpu_nb.kernel.planning.options import LaunchOptions
-from tpu_nb.kernel.run.background import BackgroundRun, start_in_background
-from tpu_nb.kernel.run.followed_run import run_in_foreground
+from tpu_nb.kernel.run.background import BackgroundRun, follow_in_background
+from tpu_nb.kernel.run.followed_run import RunObserver, run_in_foreground
 from tpu_nb.kernel.run.local_run import Run
 from tpu_nb.wire.results import NotTransferable, RankResult
 from tpu_nb.workers.programs import FunctionProgram
@@ -20,6 +20,17 @@ from tpu_nb.workers.programs import FunctionProgram
 
 def launch(fn: Callable[..., Any], *args: Any, **options: Any) -> Any:
     """`tpu_nb.launch`'s work (its options: `declared_options`, shown by `help(tpu_nb.launch)`)."""
+    return launch_observed(fn, args, options)
+
+
+def launch_observed(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    options: dict[str, Any],
+    observers: Sequence[RunObserver] = (),
+    write: Write = write_to_sys,
+) -> Any:
+    """`launch`, with `observers` given every event of the run and what it prints sent to `write` (the selftest reads both)."""
     check_keywords("launch", "launch", options)
     run_options = LaunchOptions.from_user(**given("launch", "run", options))
     background = bool(options.get("background", False))
@@ -40,9 +51,15 @@ def launch(fn: Callable[..., Any], *args: Any, **options: Any) -> Any:
         def finish(ending: Ending, write: Write) -> Handback:
             return Handback(value_of(ending))
 
-        handle: BackgroundRun = start_in_background(program, run_options, name, finish)
+        handle: BackgroundRun = follow_in_background(
+            lambda given_observers, given_write: Run(
+                program, run_options, f"background run `{name}`", [*given_observers, *observers], given_write
+            ),
+            name,
+            finish,
+        )
         return handle
-    ending = run_in_foreground(Run(program, run_options, title))
+    ending = run_in_foreground(Run(program, run_options, title, observers, write))
     if ending.error is not None:
         raise ending.error
     return value_of(ending)

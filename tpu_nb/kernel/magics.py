@@ -1,4 +1,4 @@
-"""IPython glue for every magic: `%%tpu_train`, `%%tpu_prepare`, `%tpu_info`, `%tpu_checkpoints`, `%tpu_release`, `%tpu_picker`.
+"""IPython glue for every magic: `%%tpu_train`, `%%tpu_prepare`, `%tpu_info`, `%tpu_checkpoints`, `%tpu_release`, `%tpu_picker`, `%tpu_selftest`.
 
 Logic lives in the modules it calls; `%%tpu_train`'s arguments are built
 from the options' one declaration (`planning.declared_options`).
@@ -143,6 +143,36 @@ class TpuMagics(Magics):
         display({"text/plain": text, "text/html": markup}, raw=True)
 
     @magic_arguments()
+    @argument("--quick", action="store_true", help="Run the first few checks only: whether tpu_nb runs here at all.")
+    @argument("--out", default=".", metavar="DIR", help="Where to write tpu_nb-selftest-<time>.json (default: the working directory).")
+    @line_magic
+    def tpu_selftest(self, line: str) -> None:
+        """Check everything tpu_nb does on this machine's real device, each check a short run with its own time limit.
+
+        Shows a table (check, result, figures, seconds) as it goes and writes
+        tpu_nb-selftest-<time>.json (runtime, versions, every result, the
+        failures' tracebacks, tpu_nb's log) to attach to a bug report. A check
+        that cannot run here is skipped, saying why.
+
+        Guide: docs/guides/selftest.md
+        """
+        args = parse_argstring(self.tpu_selftest, line)
+        try:
+            os.makedirs(args.out, exist_ok=True)
+        except OSError as error:
+            raise UsageError(
+                f"--out {args.out}: cannot make that directory ({error.strerror}): give a directory you can write to."
+            ) from None
+        from tpu_nb.selftest import run  # the checks and their workloads load only when asked for
+        from tpu_nb.selftest.checks import CHECKS
+        from tpu_nb.selftest.table import LiveTable
+
+        titles = [f"{check.number}. {check.title}" for check in CHECKS if check.quick or not args.quick]
+        table = LiveTable(titles, detect().label)
+        report = run(quick=args.quick, out=None, observe=table.add)
+        table.finish(report, str(report.write(args.out)))
+
+    @magic_arguments()
     @line_magic
     def tpu_picker(self, line: str) -> Any:
         """Pick a task, model, dataset and hyperparameters; check them, preview the data, then insert a training cell or train now.
@@ -266,6 +296,7 @@ def unload(ipython: InteractiveShell) -> None:
     manager.magics["line"].pop("tpu_checkpoints", None)
     manager.magics["line"].pop("tpu_release", None)
     manager.magics["line"].pop("tpu_picker", None)
+    manager.magics["line"].pop("tpu_selftest", None)
     manager.magics["cell"].pop("tpu_train", None)
     manager.magics["line"].pop("tpu_prepare", None)
     manager.magics["cell"].pop("tpu_prepare", None)

@@ -1,0 +1,69 @@
+"""Single checks with planted faults, on XLA:CPU: each fails with a message that names the fix."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.device_holders import fake_tpu_in
+
+from tpu_nb.runtime import detect
+from tpu_nb.selftest import checks
+from tpu_nb.selftest.checks import CHECKS
+from tpu_nb.selftest.context import Context
+from tpu_nb.selftest.results import CheckFailed
+from tpu_nb.selftest.runner import run_check
+
+
+@pytest.fixture
+def context(tmp_path: Path) -> Context:
+    return Context(detect(), tmp_path)
+
+
+def never_reports() -> dict[str, Any]:
+    time.sleep(3600)
+    return {}
+
+
+def test_a_rank_that_never_reports_fails_its_check_naming_the_fix(context: Context) -> None:
+    context.deadline = time.monotonic() + 8
+
+    with pytest.raises(CheckFailed) as failure:
+        checks.every_core(context, work=never_reports)
+
+    assert "a rank never reported" in str(failure.value)
+    assert "%tpu_info" in str(failure.value) and "%tpu_release" in str(failure.value)
+
+
+def test_a_device_held_by_another_process_after_the_hard_stop_names_tpu_release(context: Context, tmp_path: Path) -> None:
+    context.deadline = time.monotonic() + 60
+    with fake_tpu_in(tmp_path) as tpu:
+        holder = tpu.hold_as_orphan("accel0")
+
+        with pytest.raises(CheckFailed) as failure:
+            checks.stopping(context, system=tpu.view())
+
+    assert f"%tpu_release {holder}" in str(failure.value)
+    assert failure.value.figures["stopped_at_step"] >= 3  # the graceful stop before it passed
+
+
+def test_an_error_inside_a_check_is_its_failure_with_the_traceback(context: Context) -> None:
+    def broken(context: Context) -> checks.CheckOutcome:
+        raise ValueError("planted")
+
+    result = run_check(checks.Check(99, "broken", "a broken check", 10, False, broken), context)
+
+    assert result.status == "failed" and result.reason == "ValueError: planted"
+    assert result.traceback is not None and 'raise ValueError("planted")' in result.traceback
+
+
+def test_what_cannot_run_on_xla_cpu_is_skipped_with_its_reason(context: Context) -> None:
+    reasons = {
+        check.name: run_check(check, context) for check in CHECKS if check.name in ("compile_cache", "chip_figures", "torch_tpu", "spmd")
+    }
+
+    assert all(result.status == "skipped" for result in reasons.values())
+    assert reasons["compile_cache"].reason is not None and "XLA:CPU cannot load cached programs" in reasons["compile_cache"].reason
+    assert reasons["spmd"].reason == "one device: nothing to shard"

@@ -1,0 +1,30 @@
+"""`%tpu_selftest` and `python -m tpu_nb.selftest`: a fixed series of short checks on this machine's real device.
+
+Modules: results (CheckResult, SelftestReport), context (what each check
+gets: limits, observed launches), workloads and planted (what the workers
+run), raw_spawn (the plain xmp.spawn baseline), checks (the series),
+runner (runs it within each limit), table (the live table), __main__ (the CLI).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from tpu_nb.selftest.results import CheckResult, SelftestReport
+
+
+def run(quick: bool = False, out: str | Path | None = ".", observe: Callable[[CheckResult], object] | None = None) -> SelftestReport:
+    """Run the selftest's checks (with `quick`, the first few) on this machine's device; the report, also written as JSON into `out`.
+
+    Each check is a real run within its own time limit; one that cannot run
+    here is skipped, saying why. `report.failed` lists what failed, each with
+    what went wrong and the fix; attach the written `tpu_nb-selftest-*.json`
+    to a bug report. `out=None` writes nothing.
+    """
+    from tpu_nb.selftest.runner import run_checks
+
+    report = run_checks(quick=quick, observe=observe or (lambda result: None))
+    if out is not None:
+        report.write(out)
+    return report

@@ -1,0 +1,85 @@
+"""What a selftest found: each check's result, and the report a user attaches to a bug report."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Status = Literal["passed", "failed", "skipped"]
+Figure = float | int | str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOutcome:
+    """What a check's `run` returns: passed with its figures, or skipped saying why (a failure raises `CheckFailed`)."""
+
+    figures: dict[str, Figure] = field(default_factory=dict)
+    skipped: str | None = None
+    """Why the check cannot run here; None when it ran and passed."""
+
+
+class CheckFailed(Exception):
+    """A check found something wrong: the message says what, and the fix; `figures` what it measured before."""
+
+    def __init__(self, message: str, figures: dict[str, Figure] | None = None) -> None:
+        super().__init__(message)
+        self.figures = dict(figures or {})
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One check's result as the table and the JSON show it."""
+
+    number: int
+    name: str
+    title: str
+    status: Status
+    figures: dict[str, Figure]
+    seconds: float
+    reason: str | None
+    """Why it was skipped, or what failed and the fix; None when it passed."""
+    traceback: str | None
+    """The traceback of a failure that was not the check's own verdict (an error in a run, a bug)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SelftestReport:
+    """A whole selftest: when, on what runtime, every check's result, and tpu_nb's log."""
+
+    started_at: float
+    runtime: dict[str, Any]
+    results: tuple[CheckResult, ...]
+    log: tuple[str, ...]
+
+    @property
+    def failed(self) -> tuple[CheckResult, ...]:
+        return tuple(result for result in self.results if result.status == "failed")
+
+    @property
+    def seconds(self) -> float:
+        return sum(result.seconds for result in self.results)
+
+    def to_json(self) -> str:
+        payload = {
+            "tool": "tpu_nb selftest",
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started_at)),
+            "seconds": round(self.seconds, 2),
+            "summary": {status: sum(result.status == status for result in self.results) for status in ("passed", "failed", "skipped")},
+            "runtime": self.runtime,
+            "results": [asdict(result) for result in self.results],
+            "log": list(self.log),
+        }
+        return json.dumps(payload, indent=2, default=str)
+
+    def file_name(self) -> str:
+        return time.strftime("tpu_nb-selftest-%Y%m%d-%H%M%S.json", time.localtime(self.started_at))
+
+    def write(self, directory: str | Path) -> Path:
+        """Write the report as JSON into `directory` (made if missing); its path."""
+        path = Path(directory) / self.file_name()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_json(), encoding="utf-8")
+        return path
