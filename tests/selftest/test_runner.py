@@ -6,9 +6,9 @@ import dataclasses
 from pathlib import Path
 
 from tpu_nb.runtime import detect
-from tpu_nb.selftest.checks import Check, CheckOutcome
 from tpu_nb.selftest.context import Context
 from tpu_nb.selftest.runner import run_check
+from tpu_nb.selftest.series import Check, CheckOutcome
 
 
 def passing(context: Context) -> CheckOutcome:

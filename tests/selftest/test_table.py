@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tpu_nb.selftest.results import CheckResult
+from tpu_nb.selftest.report import CheckResult
 from tpu_nb.selftest.table import line, table_html
 
 PASSED = CheckResult(4, "dashboard", "tpu_nb's overhead", "passed", {"ratio": 0.98}, 12.3, None, None)

@@ -11,7 +11,7 @@ from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.returns import Handback
 from tpu_nb.kernel.planning.declared_options import check_keywords, given
 from tpu_nb.kernel.planning.options import LaunchOptions
-from tpu_nb.kernel.run.background import BackgroundRun, follow_in_background
+from tpu_nb.kernel.run.background import BackgroundRun, start_in_background
 from tpu_nb.kernel.run.followed_run import RunObserver, run_in_foreground
 from tpu_nb.kernel.run.local_run import Run
 from tpu_nb.wire.results import NotTransferable, RankResult
@@ -51,13 +51,7 @@ def launch_observed(
         def finish(ending: Ending, write: Write) -> Handback:
             return Handback(value_of(ending))
 
-        handle: BackgroundRun = follow_in_background(
-            lambda given_observers, given_write: Run(
-                program, run_options, f"background run `{name}`", [*given_observers, *observers], given_write
-            ),
-            name,
-            finish,
-        )
+        handle: BackgroundRun = start_in_background(program, run_options, name, finish, observers)
         return handle
     ending = run_in_foreground(Run(program, run_options, title, observers, write))
     if ending.error is not None:

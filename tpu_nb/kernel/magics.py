@@ -164,7 +164,7 @@ class TpuMagics(Magics):
                 f"--out {args.out}: cannot make that directory ({error.strerror}): give a directory you can write to."
             ) from None
         from tpu_nb.selftest import run  # the checks and their workloads load only when asked for
-        from tpu_nb.selftest.checks import CHECKS
+        from tpu_nb.selftest.series import CHECKS
         from tpu_nb.selftest.table import LiveTable
 
         titles = [f"{check.number}. {check.title}" for check in CHECKS if check.quick or not args.quick]

@@ -1,9 +1,10 @@
 """`%tpu_selftest` and `python -m tpu_nb.selftest`: a fixed series of short checks on this machine's real device.
 
-Modules: results (CheckResult, SelftestReport), context (what each check
-gets: limits, observed launches), workloads and planted (what the workers
-run), raw_spawn (the plain xmp.spawn baseline), checks (the series),
-runner (runs it within each limit), table (the live table), __main__ (the CLI).
+Modules: report (CheckResult, SelftestReport and its JSON), context (what
+each check gets: limits, observed launches), workloads and planted (what the
+workers run), raw_spawn (the plain xmp.spawn baseline), series (the checks,
+in order), runner (runs them within each limit), table (the live table),
+__main__ (the CLI).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tpu_nb.selftest.results import CheckResult, SelftestReport
+from tpu_nb.selftest.report import CheckResult, SelftestReport
 
 
 def run(quick: bool = False, out: str | Path | None = ".", observe: Callable[[CheckResult], object] | None = None) -> SelftestReport:

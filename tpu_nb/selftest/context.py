@@ -66,7 +66,7 @@ class Context:
 
     def wait_for(self, condition: Callable[[], bool], what: str, fix: str) -> float:
         """Wait until `condition()` within the check's limit; the seconds it took. `CheckFailed` (what, fix) if it never came."""
-        from tpu_nb.selftest.results import CheckFailed
+        from tpu_nb.selftest.report import CheckFailed
 
         started = time.monotonic()
         while not condition():

@@ -13,9 +13,9 @@ from typing import Any
 
 from tpu_nb.runtime import detect
 from tpu_nb.runtime.info import RuntimeInfo
-from tpu_nb.selftest.checks import CHECKS, Check
 from tpu_nb.selftest.context import Context
-from tpu_nb.selftest.results import CheckFailed, CheckOutcome, CheckResult, SelftestReport, Status
+from tpu_nb.selftest.report import CheckFailed, CheckOutcome, CheckResult, SelftestReport, Status
+from tpu_nb.selftest.series import CHECKS, Check
 
 QUICK = sum(check.quick for check in CHECKS)
 """How many checks `--quick` runs: the first ones, which say whether tpu_nb runs here at all."""

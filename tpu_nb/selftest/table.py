@@ -6,7 +6,7 @@ import html
 from collections.abc import Sequence
 
 from tpu_nb.kernel.progress.html_parts import pill
-from tpu_nb.selftest.results import CheckResult, SelftestReport
+from tpu_nb.selftest.report import CheckResult, SelftestReport
 
 STATUS_COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "skipped": "#546e7a", "running": "#1565c0"}
 _CELL = "padding:2px 10px;text-align:left;vertical-align:top"

@@ -11,7 +11,7 @@ thread.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tpu_nb.kernel.endings.notebook_errors import RunEnded
@@ -48,9 +48,13 @@ class MetricsLog:
         row.update(event.metrics)
 
 
-def start_in_background(program: Program, options: LaunchOptions, name: str, finish: Finish) -> BackgroundRun:
-    """Start a run (its checks first: `LaunchRefused` starts nothing) and return its handle at once."""
-    return follow_in_background(lambda observers, write: Run(program, options, f"background run `{name}`", observers, write), name, finish)
+def start_in_background(
+    program: Program, options: LaunchOptions, name: str, finish: Finish, observers: Sequence[RunObserver] = ()
+) -> BackgroundRun:
+    """Start a run (its checks first: `LaunchRefused` starts nothing) and return its handle at once; `observers` see its events."""
+    return follow_in_background(
+        lambda given, write: Run(program, options, f"background run `{name}`", [*given, *observers], write), name, finish
+    )
 
 
 def follow_in_background(make_run: Callable[[list[RunObserver], Write], FollowedRun], name: str, finish: Finish) -> BackgroundRun:

@@ -10,11 +10,11 @@ import pytest
 from support.device_holders import fake_tpu_in
 
 from tpu_nb.runtime import detect
-from tpu_nb.selftest import checks
-from tpu_nb.selftest.checks import CHECKS
+from tpu_nb.selftest import series
 from tpu_nb.selftest.context import Context
-from tpu_nb.selftest.results import CheckFailed
+from tpu_nb.selftest.report import CheckFailed
 from tpu_nb.selftest.runner import run_check
+from tpu_nb.selftest.series import CHECKS
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def test_a_rank_that_never_reports_fails_its_check_naming_the_fix(context: Conte
     context.deadline = time.monotonic() + 8
 
     with pytest.raises(CheckFailed) as failure:
-        checks.every_core(context, work=never_reports)
+        series.every_core(context, work=never_reports)
 
     assert "a rank never reported" in str(failure.value)
     assert "%tpu_info" in str(failure.value) and "%tpu_release" in str(failure.value)
@@ -43,17 +43,17 @@ def test_a_device_held_by_another_process_after_the_hard_stop_names_tpu_release(
         holder = tpu.hold_as_orphan("accel0")
 
         with pytest.raises(CheckFailed) as failure:
-            checks.stopping(context, system=tpu.view())
+            series.stopping(context, system=tpu.view())
 
     assert f"%tpu_release {holder}" in str(failure.value)
     assert failure.value.figures["stopped_at_step"] >= 3  # the graceful stop before it passed
 
 
 def test_an_error_inside_a_check_is_its_failure_with_the_traceback(context: Context) -> None:
-    def broken(context: Context) -> checks.CheckOutcome:
+    def broken(context: Context) -> series.CheckOutcome:
         raise ValueError("planted")
 
-    result = run_check(checks.Check(99, "broken", "a broken check", 10, False, broken), context)
+    result = run_check(series.Check(99, "broken", "a broken check", 10, False, broken), context)
 
     assert result.status == "failed" and result.reason == "ValueError: planted"
     assert result.traceback is not None and 'raise ValueError("planted")' in result.traceback

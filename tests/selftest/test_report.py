@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tpu_nb.selftest.results import CheckResult, SelftestReport
+from tpu_nb.selftest.report import CheckResult, SelftestReport
 
 RESULTS = (
     CheckResult(1, "detection", "detection agrees", "passed", {"devices_detected": 1}, 1.5, None, None),

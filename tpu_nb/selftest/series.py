@@ -26,7 +26,7 @@ from tpu_nb.runtime.device_holders import tpu_device_holders
 from tpu_nb.runtime.system import SystemView, installed_version
 from tpu_nb.selftest import planted, workloads
 from tpu_nb.selftest.context import Context
-from tpu_nb.selftest.results import CheckFailed, CheckOutcome, Figure
+from tpu_nb.selftest.report import CheckFailed, CheckOutcome, Figure
 from tpu_nb.wire.events import CheckpointSaved, ChipFigures, Diagnosis, Heartbeat, Stopping, WorkerStarted
 from tpu_nb.wire.stacks import StackReport
 
