@@ -67,3 +67,16 @@ def test_what_cannot_run_on_xla_cpu_is_skipped_with_its_reason(context: Context)
     assert all(result.status == "skipped" for result in reasons.values())
     assert reasons["compile_cache"].reason is not None and "XLA:CPU cannot load cached programs" in reasons["compile_cache"].reason
     assert reasons["spmd"].reason == "one device: nothing to shard"
+
+
+def test_on_four_devices_each_holds_a_quarter_of_the_parameters_under_spmd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Check 13 where there is more than one device (XLA:CPU's virtual devices stand in for a host's chips)."""
+    monkeypatch.setenv("CPU_NUM_DEVICES", "4")
+    context = Context(detect(), tmp_path)
+    assert context.info.devices == 4
+    context.deadline = time.monotonic() + 120
+
+    sharded = series.spmd(context)
+
+    assert sharded.skipped is None and sharded.figures["devices"] == 4
+    assert float(sharded.figures["fraction"]) < 0.3  # the matrices split four ways; a few small vectors whole
