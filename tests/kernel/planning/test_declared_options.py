@@ -17,6 +17,8 @@ from tpu_nb.kernel.magics import TpuMagics
 from tpu_nb.kernel.planning.declared_options import OPTION_NAMED, OPTIONS, check_keywords, given, options_of
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.slice_checks import PodTarget
+from tpu_nb.runtime.info import STACK_NAMES
+from tpu_nb.workers.chip_ranks import EXECUTION_MODES
 
 
 def _magic_actions() -> dict[str, argparse.Action]:
@@ -52,6 +54,11 @@ def test_every_option_is_taken_somewhere_and_the_names_are_one_vocabulary() -> N
         assert option.surfaces, option.name
         # The flag is the name with dashes, "--no-" for a switch that is on by default, and --return (a Python keyword).
         assert option.flag.removeprefix("--").removeprefix("no-").replace("-", "_") in (option.name, "return"), option.name
+
+
+def test_the_declared_choices_are_the_stacks_and_modes_the_code_knows() -> None:
+    assert OPTION_NAMED["stack"].choices == ("auto", *STACK_NAMES)
+    assert OPTION_NAMED["mode"].choices == EXECUTION_MODES
 
 
 def test_every_run_option_reaches_launch_options(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ MODES = ("eager", "fused", "compile")
 
 @dataclass(frozen=True, slots=True)
 class Option:
-    """One option. `help` names other options as {name}: `--name` in the magic's help, `name=` in Python's."""
+    """One option. `help` names other options as {name}: `--name` in the magic's help, the name in backquotes in Python's."""
 
     name: str
     kind: type
@@ -310,10 +310,6 @@ OPTION_NAMED: Mapping[str, Option] = {option.name: option for option in OPTIONS}
 def options_of(surface: Surface, part: Part | None = None) -> tuple[Option, ...]:
     """The options `surface` takes (of one part), in their declared order."""
     return tuple(o for o in OPTIONS if surface in o.surfaces and (part is None or o.part == part))
-
-
-def defaults(surface: Surface, part: Part | None = None) -> dict[str, Any]:
-    return {option.name: option.default for option in options_of(surface, part)}
 
 
 def given(surface: Surface, part: Part, values: Mapping[str, Any]) -> dict[str, Any]:
