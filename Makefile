@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.tpu_nb-installed
 
-.PHONY: install demo test test-compat test-torch-tpu benchmark clean
+.PHONY: install demo test test-compat test-classic-notebook test-torch-tpu benchmark clean
 
 # Tests run side by side in this many pytest-xdist workers: many tests wait (on kernels starting, forked workers, sleeps
 # that stand for a TPU's long steps), so three keep a 2-core machine busier than two (make test: 14m04s, was 16m34s with
@@ -84,7 +84,10 @@ NOT_IN_colab :=
 IMAGE_TESTS := $(COMPAT_IMAGES:%=test-image-%)
 .PHONY: $(IMAGE_TESTS)
 
-test-compat: $(IMAGE_TESTS) test-torch-tpu
+# In this order, so that CI (.ci/run) can remove each image's venv once nothing else uses it.
+test-compat: test-image-colab test-classic-notebook test-image-kaggle test-torch-tpu
+
+test-classic-notebook: install .venv-colab/.image-installed
 	TPU_NB_CLASSIC_NOTEBOOK_PYTHON=$(CURDIR)/.venv-colab/run-python PJRT_DEVICE=CPU TORCH_WARM_POOL=0 \
 		$(BIN)/python -m pytest tests/browser/test_classic_notebook.py
 
