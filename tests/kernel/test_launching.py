@@ -6,12 +6,11 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from support.kernel import plain
-from support.processes import STARTUP, descendants, wait_until
+from support.processes import STARTUP, descendants, interrupt_when, wait_until
 
 import tpu_nb
 from tpu_nb.kernel.endings.notebook_errors import LaunchRefused, TrainingInterrupted, TrainingTimedOut, WorkerDied, WorkerError
@@ -89,19 +88,6 @@ def test_timeout_stops_every_worker() -> None:
         tpu_nb.launch(sleep_forever, timeout=2)
     assert time.monotonic() - started < 15
     assert not descendants(os.getpid())
-
-
-def interrupt_when(ready: Callable[[], bool], delays: tuple[float, ...]) -> None:
-    """SIGINT this process (as Jupyter does) once `ready()`, then after each delay."""
-    main_pid = os.getpid()
-
-    def send() -> None:
-        if wait_until(ready, timeout=STARTUP):
-            for delay in delays:
-                time.sleep(delay)
-                os.kill(main_pid, signal.SIGINT)
-
-    threading.Thread(target=send, daemon=True).start()
 
 
 def interrupt_when_running(delays: tuple[float, ...]) -> None:

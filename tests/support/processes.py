@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 
@@ -43,3 +45,16 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
             return True
         time.sleep(interval)
     return predicate()
+
+
+def interrupt_when(ready: Callable[[], bool], delays: tuple[float, ...]) -> None:
+    """SIGINT this process (as Jupyter does) once `ready()`, then after each delay."""
+    main_pid = os.getpid()
+
+    def send() -> None:
+        if wait_until(ready, timeout=STARTUP):
+            for delay in delays:
+                time.sleep(delay)
+                os.kill(main_pid, signal.SIGINT)
+
+    threading.Thread(target=send, daemon=True).start()

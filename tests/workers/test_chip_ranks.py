@@ -81,6 +81,28 @@ def test_a_rank_drops_the_chip_placement_it_inherited_and_keeps_the_hosts_bounds
     assert os.environ["TPU_HOST_BOUNDS"] == "1,1,1" and os.environ["TORCH_TPU_TOPOLOGY"] == "1,1,1"
 
 
+def test_a_trials_ranks_are_placed_on_their_worlds_chips_and_pick_ports_from_those_chips_shares(
+    monkeypatch: pytest.MonkeyPatch, rank_environment_undone: None
+) -> None:
+    """A sweep's world of chips 2 and 3: rank N on the world's Nth chip, in a torch.distributed world of two, and its
+    slice-builder port from its host chip's share, so a trial on chips 0 and 1 never picks the same one."""
+    run = ChipRun.plan(STAND_IN, "v4", 2, "eager", host_chips=(2, 3))
+    ports = (chip_port(*chip_ranks.port_share(run, 0)), chip_port(*chip_ranks.port_share(run, 1)))
+    environments = [rank_environment(run, rank, ports) for rank in range(2)]
+    assert [environment["TPU_VISIBLE_CHIPS"] for environment in environments] == ["2", "3"]
+    assert {environment["WORLD_SIZE"] for environment in environments} == {"2"}
+    assert chip_ranks.port_share(run, 1) == (3, chip_ranks.HOST_CHIPS_MOST)
+    other = ChipRun.plan(STAND_IN, "v4", 2, "eager", host_chips=(0, 1))
+    mine = [chip_port(*chip_ranks.port_share(run, 0)) for _ in range(10)]
+    theirs = [chip_port(*chip_ranks.port_share(other, 0)) for _ in range(10)]
+    assert max(theirs) < min(mine)
+    run.release()
+    other.release()
+    monkeypatch.setenv("TPU_VISIBLE_CHIPS", "0")  # the notebook's own placement: the rank's world replaces it
+    start_rank(ChipRun.plan(STAND_IN, "v6e", 1, "eager", host_chips=(5,)), 0)
+    assert os.environ["TPU_VISIBLE_CHIPS"] == "5"
+
+
 def test_the_rendezvous_port_is_held_from_the_plan_on_so_nothing_else_can_take_it() -> None:
     run = ChipRun.plan(STAND_IN, "v6e", 4, "eager")
     with socket.socket() as squatter:

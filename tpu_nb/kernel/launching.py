@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tpu_nb.kernel.endings.notebook_errors import NotReturned
+from tpu_nb.kernel.endings.notebook_errors import NotReturned, refused
 from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.returns import Handback
@@ -14,6 +14,7 @@ from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.run.background import BackgroundRun, start_in_background
 from tpu_nb.kernel.run.followed_run import RunObserver, run_in_foreground
 from tpu_nb.kernel.run.local_run import Run
+from tpu_nb.kernel.trials.starting import plan_sweep, run_sweep
 from tpu_nb.wire.results import NotTransferable, RankResult
 from tpu_nb.workers.programs import FunctionProgram
 
@@ -32,11 +33,21 @@ def launch_observed(
 ) -> Any:
     """`launch`, with `observers` given every event of the run and what it prints sent to `write` (the selftest reads both)."""
     check_keywords("launch", "launch", options)
-    run_options = LaunchOptions.from_user(**given("launch", "run", options))
     background = bool(options.get("background", False))
-    program = FunctionProgram(fn, args)
     name = str(getattr(fn, "__name__", "run"))
     title = f"tpu_nb.launch({name})"
+    sweep = given("launch", "sweep", options)
+    if sweep["trials"] is not None:  # before the run's options: a sweep's checkpoints are planned per trial
+        if background or options.get("all_results"):
+            raise refused("trials= runs in the foreground and returns a SweepResult: leave out background and all_results.")
+        plan = plan_sweep(sweep["trials"], sweep["cores_per_trial"], sweep["trials_metric"])
+        return run_sweep(
+            plan, lambda trial: FunctionProgram(fn, args, {"trial": dict(trial.values)}), given("launch", "run", options), title, write
+        )
+    if sweep["cores_per_trial"] != 1 or sweep["trials_metric"] is not None:
+        raise refused("cores_per_trial and trials_metric are for a sweep: give trials= too, or leave them out.")
+    run_options = LaunchOptions.from_user(**given("launch", "run", options))
+    program = FunctionProgram(fn, args)
 
     def value_of(ending: Ending) -> Any:
         problems = [problem for rank in sorted(ending.results) for problem in _not_returned(rank, ending.results[rank])]

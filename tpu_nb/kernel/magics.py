@@ -6,9 +6,11 @@ from the options' one declaration (`planning.declared_options`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -34,6 +36,8 @@ from tpu_nb.kernel.run.followed_run import run_in_foreground
 from tpu_nb.kernel.run.local_run import Run
 from tpu_nb.kernel.tpu.release import TERM_GRACE, describe_release, release_tpu
 from tpu_nb.kernel.tpu.torch_tpu_guard import keep_torch_tpu_out, let_torch_tpu_back
+from tpu_nb.kernel.trials.results import SweepResult, hand_back_sweep
+from tpu_nb.kernel.trials.starting import plan_sweep, run_sweep
 from tpu_nb.runtime import RuntimePanel, SystemView, detect
 from tpu_nb.runtime.system import installed_version
 from tpu_nb.wire.run_directory import Cell
@@ -203,6 +207,11 @@ class TpuMagics(Magics):
         args = parse_argstring(self.tpu_train, line)
         if not args.name.isidentifier():
             raise UsageError(f"--name {args.name}: give a Python identifier to bind the run's handle to.")
+        if args.trials is not None:  # before the run's options: a sweep's checkpoints are planned per trial
+            return self._sweep(args, line, cell)
+        sweep_options = _sweep_options_given(args)
+        if sweep_options:
+            raise UsageError(f"{', '.join(sweep_options)}: for a sweep; add --trials SPEC (e.g. --trials folds=5), or leave them out.")
         options = LaunchOptions.from_user(**given("cell", "run", vars(args)))
         if options.checkpoints is not None:
             self.last_checkpoints = options.checkpoints.directory
@@ -243,6 +252,22 @@ class TpuMagics(Magics):
         cell_id = getattr(shell, "parent_header", {}).get("metadata", {}).get("cellId")
         RECORDED.record(Cell(name, f"{PREPARE_MAGIC} {line}".rstrip(), cell), cell_id)
 
+    def _sweep(self, args: Any, line: str, cell: str) -> SweepResult:
+        """`--trials`: the cell once per trial, side by side, a world of the host's chips each."""
+        for flag, given_value in (("--pod", args.pod), ("--background", args.background)):
+            if given_value:
+                raise UsageError(f"--trials with {flag}: a sweep runs in the foreground on this machine; leave {flag} out.")
+        plan = plan_sweep(args.trials, args.cores_per_trial, args.trials_metric, self._shell.user_ns)
+        program = self._compile(line, cell, tuple(dict.fromkeys([*args.returns, *args.return_best])))
+        result = run_sweep(
+            plan,
+            lambda trial: dataclasses.replace(program, given=MappingProxyType({"trial": dict(trial.values)})),
+            given("cell", "run", vars(args)),
+            "%%tpu_train --trials",
+        )
+        hand_back_sweep(result, self._shell.user_ns, tuple(args.returns), tuple(args.return_best))
+        return result
+
     def _train_on_pod(self, args: Any, line: str, cell: str, options: LaunchOptions) -> Any:
         shell = self._shell
         check_plain_python("%%tpu_train --pod", cell, shell.transform_cell(cell))
@@ -281,6 +306,20 @@ class TpuMagics(Magics):
             # Shown like a normal cell's syntax error, and nothing is started.
             shell.showsyntaxerror(filename)
             raise UsageError(f"the cell has a syntax error (line {error.lineno}); nothing was started.") from None
+
+
+def _sweep_options_given(args: Any) -> list[str]:
+    """The sweep's options given other than as their defaults (they mean nothing without --trials)."""
+    return [
+        option.flag for option in options_of("cell") if option.name in SWEEP_ONLY and getattr(args, option.name) != _parsed_default(option)
+    ]
+
+
+SWEEP_ONLY = frozenset({"cores_per_trial", "trials_metric", "return_best"})
+
+
+def _parsed_default(option: Option) -> Any:
+    return list(option.default) if option.kind is list else option.default
 
 
 def load(ipython: InteractiveShell) -> None:

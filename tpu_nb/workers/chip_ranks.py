@@ -103,9 +103,11 @@ class ChipRun:
     """Bound and listening on this host from the plan on: the supervisor serves the ranks' store from it."""
     master_port: int
     """The rendezvous's port (MASTER_PORT)."""
+    host_chips: tuple[int, ...] | None = None
+    """A sweep's trial: the host's chips its world has, rank N on the Nth (None: the host's first `chips`)."""
 
     @classmethod
-    def plan(cls, stack: ChipStack, generation: str, chips: int, mode: ExecutionMode) -> ChipRun:
+    def plan(cls, stack: ChipStack, generation: str, chips: int, mode: ExecutionMode, host_chips: tuple[int, ...] | None = None) -> ChipRun:
         """A run of `chips` processes, holding the rendezvous's port from now until the supervisor serves from it.
 
         Its profile session is new for each launch, as `set_tpu_launch_env` makes one, unless the notebook's
@@ -113,7 +115,7 @@ class ChipRun:
         """
         session = os.environ.get(XPROF_SESSION) or str(time.time_ns())
         rendezvous = listening_socket()
-        return cls(stack, generation, chips, mode, session, rendezvous, int(rendezvous.getsockname()[1]))
+        return cls(stack, generation, chips, mode, session, rendezvous, int(rendezvous.getsockname()[1]), host_chips)
 
     def release(self) -> None:
         """Close this process's copy of the rendezvous's socket (the kernel once it forked the supervisor; each rank)."""
@@ -171,9 +173,12 @@ def rank_environment(run: ChipRun, rank: int, chip_ports: tuple[int, ...]) -> di
     torch_tpu gives the whole host.
     """
     topology = _topology(run)
+    # A trial's world: the rank's own chip of the host (libtpu's TPU_VISIBLE_CHIPS), the world alone in its topology.
+    placed = {} if run.host_chips is None else {"TPU_VISIBLE_CHIPS": str(run.host_chips[rank])}
     if topology is None:
-        return {XPROF_SESSION: run.xprof_session}
+        return {XPROF_SESSION: run.xprof_session, **placed}
     return {
+        **placed,
         "WORLD_SIZE": str(run.chips),
         "RANK": str(rank),
         "LOCAL_RANK": str(rank),
@@ -220,10 +225,21 @@ def rendezvous_store(run: ChipRun) -> Any:
     return TCPStore("127.0.0.1", run.master_port, run.chips, False, timeout=RENDEZVOUS_TIMEOUT)
 
 
-def agree_on_chip_ports(store: Any, rank: int, chips: int) -> tuple[int, ...]:
+HOST_CHIPS_MOST = 8
+"""The most chips a TPU host has: a sweep's worlds share the port range out among that many."""
+
+
+def port_share(run: ChipRun, rank: int) -> tuple[int, int]:
+    """Which share of the port range rank `rank` picks from, of how many: a trial's rank by its host chip, so two worlds never meet."""
+    if run.host_chips is None:
+        return rank, run.chips
+    return run.host_chips[rank], HOST_CHIPS_MOST
+
+
+def agree_on_chip_ports(store: Any, run: ChipRun, rank: int) -> tuple[int, ...]:
     """Every chip's slice-builder port, in rank order: each rank picks its own and reads the others' from the store."""
-    store.set(f"tpu_nb/chip_port/{rank}", str(chip_port(rank, chips)))
-    keys = [f"tpu_nb/chip_port/{other}" for other in range(chips)]
+    store.set(f"tpu_nb/chip_port/{rank}", str(chip_port(*port_share(run, rank))))
+    keys = [f"tpu_nb/chip_port/{other}" for other in range(run.chips)]
     store.wait(keys)
     return tuple(int(store.get(key)) for key in keys)
 
@@ -246,9 +262,9 @@ def start_rank(run: ChipRun, rank: int, trace_dir: Path | None = None) -> Any:
 
     if run.chips > 1:
         store = rendezvous_store(run)
-        chip_ports = agree_on_chip_ports(store, rank, run.chips)
+        chip_ports = agree_on_chip_ports(store, run, rank)
     else:
-        chip_ports = (chip_port(),)
+        chip_ports = (chip_port(*port_share(run, rank)),)
         run.release()  # no store for a world of one: MASTER_PORT is only named (the supervisor lets go of it too)
     place_rank(run, rank, chip_ports)  # before torch_tpu loads: its runtime reads them once, then
     if trace_dir is not None and "TORCH_TRACE" not in os.environ:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from types import CodeType, MappingProxyType
 from typing import Any, Protocol
 
@@ -37,10 +37,12 @@ class FunctionProgram:
 
     fn: Callable[..., Any]
     args: tuple[Any, ...]
+    keywords: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """A sweep's trial: `trial=` its values."""
 
     def run(self, context: WorkerContext) -> RankResult:
         try:
-            return RankResult(self.fn(*self.args), has_value=True)
+            return RankResult(self.fn(*self.args, **self.keywords), has_value=True)
         except StopTraining:
             return RankResult(None, has_value=True)  # stopped gracefully inside `report(...)`
 
@@ -59,12 +61,15 @@ class CellProgram:
     namespace: dict[str, Any]
     return_names: tuple[str, ...]
     notebook_modules: frozenset[str]  # --return names bound to a torch module in the notebook
+    given: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """Names the cell gets besides `device` and `rank`: a sweep's `trial`."""
 
     def run(self, context: WorkerContext) -> RankResult:
         # Several devices in one process (TPU v2/v3) run as threads: give each
         # its own top-level names. Otherwise use the fork's namespace itself,
         # so functions from earlier cells see `device` and `rank` too.
         namespace = self.namespace if context.devices_in_process == 1 else dict(self.namespace)
+        namespace.update(self.given)
         namespace.update(device=context.device, rank=context.rank, world_size=context.world_size, report=report)
         if context.mesh is not None:
             namespace["mesh"] = context.mesh

@@ -20,8 +20,9 @@ from typing import Any, Literal
 
 Surface = Literal["cell", "launch", "pod_launch"]
 """Where an option is taken: `%%tpu_train`, `tpu_nb.launch()`, `tpu_nb.pod.launch()`."""
-Part = Literal["run", "pod", "call"]
-"""What reads it: `LaunchOptions` (every run), the pod target (`--pod` runs), or the surface itself (what comes back, how)."""
+Part = Literal["run", "pod", "sweep", "call"]
+"""What reads it: `LaunchOptions` (every run), the pod target (`--pod` runs), a sweep of trials (`--trials`), or the
+surface itself (what comes back, how)."""
 
 EVERYWHERE: frozenset[Surface] = frozenset({"cell", "launch", "pod_launch"})
 ON_THIS_MACHINE: frozenset[Surface] = frozenset({"cell", "launch"})
@@ -237,6 +238,46 @@ OPTIONS: tuple[Option, ...] = (
         "(torch.compile(backend='tpu')). Default: fused for a loop, eager for a Trainer.",
         surfaces=ON_THIS_MACHINE,
         choices=MODES,
+    ),
+    Option(
+        "trials",
+        str,
+        None,
+        "Run independent trials side by side, each on its own chip (a world of its own) and more queued until one frees: "
+        "folds=5 (k-fold), a grid such as 'lr=1e-5,3e-5 seed=0,1', or a list of dicts (in the magic, the name of one). "
+        "The code gets `trial` (the dict; k-fold adds fold and folds); the result compares the trials.",
+        part="sweep",
+        surfaces=ON_THIS_MACHINE,
+        metavar="SPEC",
+    ),
+    Option(
+        "cores_per_trial",
+        int,
+        1,
+        "With {trials}: the XLA cores each trial's world gets (TorchTPU: chips).",
+        part="sweep",
+        surfaces=ON_THIS_MACHINE,
+        metavar="K",
+    ),
+    Option(
+        "trials_metric",
+        str,
+        None,
+        "With {trials}: the reported metric that ranks them, e.g. eval_accuracy (higher is better) or eval_loss (a loss or "
+        "error: lower); NAME:max or NAME:min to say which. Default: eval_loss if reported, else loss.",
+        part="sweep",
+        surfaces=ON_THIS_MACHINE,
+        metavar="NAME",
+    ),
+    Option(
+        "return_best",
+        list,
+        (),
+        "With {trials}: copy these variables from the best trial into the notebook, as {returns} does for one run "
+        "(with {returns}, each name is a list by trial instead).",
+        part="call",
+        surfaces=frozenset({"cell"}),
+        metavar="NAME",
     ),
     Option(
         "pod",

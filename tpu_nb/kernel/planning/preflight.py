@@ -9,15 +9,17 @@ from tpu_nb.runtime import RuntimeInfo
 from tpu_nb.wire.environment import WorkerEnvironment
 from tpu_nb.workers.chip_ranks import TOPOLOGIES
 
+SHARED = (
+    "TPU cores cannot be shared between runs. Wait for it, or stop it first: interrupt its cell, or call .stop() or .kill() "
+    "on a background run's handle."
+)
+
 
 def check_can_launch(info: RuntimeInfo, options: LaunchOptions, running: str | None, trainer: bool = False) -> WorkerEnvironment:
     """The workers' environment, or `LaunchRefused` listing every problem with its fix (`trainer`: the code uses a Trainer)."""
     problems = []
     if running is not None:
-        problems.append(
-            f"{running} is still running in this kernel: TPU cores cannot be shared between runs. "
-            "Wait for it, or stop it first: interrupt its cell, or call .stop() or .kill() on a background run's handle."
-        )
+        problems.append(f"{running} is still running in this kernel: {SHARED}")
     problems += [f"{problem.message}\n  Fix: {problem.fix}" for problem in info.errors]
     problems += options.problems()
     problems += _stack_problems(info, options, trainer)

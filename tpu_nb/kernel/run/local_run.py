@@ -2,19 +2,23 @@
 
 `Run` is the only owner of a run's state; its life (stops, kills, the
 timeout) is `FollowedRun`'s. One run at a time per kernel: TPU devices
-cannot be shared between two sets of workers.
+cannot be shared between two sets of workers. A sweep's trials are runs
+too, each in a world of its own chips (`planning.worlds`): the sweep holds
+the kernel's one slot for all of them.
 """
 
 from __future__ import annotations
 
 import signal
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
+from tpu_nb.kernel.endings.notebook_errors import refused
 from tpu_nb.kernel.endings.run_ending import Died, Ending, Outcome, Stopped, collect, ending_of
 from tpu_nb.kernel.notebook.cell_output import OutputPrinter, Write, write_to_sys
 from tpu_nb.kernel.planning.options import LaunchOptions
-from tpu_nb.kernel.planning.preflight import check_can_launch
+from tpu_nb.kernel.planning.preflight import SHARED, check_can_launch
+from tpu_nb.kernel.planning.worlds import World
 from tpu_nb.kernel.progress.display import make_display
 from tpu_nb.kernel.run import warm_imports
 from tpu_nb.kernel.run.followed_run import FollowedRun, RunObserver
@@ -62,10 +66,17 @@ def _chip_poller(info: RuntimeInfo, devices: int, spmd: bool) -> tuple[ChipUsage
     return poller.start(), per_process
 
 
+class Holder(Protocol):
+    """What holds the kernel's one run slot: a run, or a sweep for its trials."""
+
+    @property
+    def title(self) -> str: ...
+
+
 class Run(FollowedRun):
     """One launch on this machine, from its checks to its ending."""
 
-    _alive: ClassVar[Run | None] = None
+    _alive: ClassVar[Holder | None] = None
 
     def __init__(
         self,
@@ -74,9 +85,12 @@ class Run(FollowedRun):
         title: str,
         observers: Sequence[RunObserver] = (),
         write: Write = write_to_sys,
+        world: World | None = None,
     ) -> None:
         super().__init__(options, title, observers, write)
         self.program = program
+        self.world = world
+        """A trial's world (its chips, and the variables that bind it to them); None: every device of the host."""
         self._processes = WorkerProcesses()
         self._facts = _EventFacts()
         self._stop_request: StopRequest | None = None
@@ -87,13 +101,30 @@ class Run(FollowedRun):
 
     @classmethod
     def alive(cls) -> str | None:
-        """The title of the run alive in this kernel, if any."""
+        """The title of the run (or sweep) alive in this kernel, if any."""
         return None if cls._alive is None else cls._alive.title
+
+    @classmethod
+    def hold(cls, holder: Holder) -> None:
+        """`holder` (a sweep) takes the kernel's one run slot for the runs it starts; `LaunchRefused` if a run has it."""
+        running = cls.alive()
+        if running is not None:
+            raise refused(f"{running} is still running in this kernel: {SHARED}")
+        cls._alive = holder
+
+    @classmethod
+    def let_go(cls, holder: Holder) -> None:
+        """`holder` gives the slot back."""
+        if cls._alive is holder:
+            cls._alive = None
 
     def _start(self) -> None:
         info = detect(stack=self.options.stack)
         trainer = info.stack.chosen == "torch_tpu" and uses_trainer(self.program)
-        environment = check_can_launch(info, self.options, running=Run.alive(), trainer=trainer)
+        in_sweep = self.world is not None  # the sweep holds the slot
+        environment = check_can_launch(info, self.options, running=None if in_sweep else Run.alive(), trainer=trainer)
+        if self.world is not None:
+            environment = self.world.environment(environment)
         chips = self._chip_run(info, environment.devices, trainer)
         for note in environment.notes:
             self._write("stderr", note + "\n")
@@ -105,7 +136,8 @@ class Run(FollowedRun):
         shown_after: list[RunObserver] = [self._display] if self._display is not None else []
         self._observers = [OutputPrinter(self.options.all_ranks_output, self._write), self._facts, *self._observers, *shown_after]
         self._stop_request = StopRequest(environment.devices)
-        Run._alive = self
+        if not in_sweep:
+            Run._alive = self
         try:
             mesh = self.options.mesh_for(environment.devices) if self.options.spmd else None
             self._processes.start(
@@ -115,13 +147,13 @@ class Run(FollowedRun):
                 self.options.all_results,
                 mesh,
                 doctor=self.options.doctor,
-                compile_cache=self.options.compile_cache_for(info),
+                compile_cache=self._compile_cache(info),
                 checkpoints=self.options.checkpoints,
                 watchdog=self.options.watchdog,
                 chips=chips,
             )
         except BaseException:
-            Run._alive = None
+            Run.let_go(self)
             raise
         finally:
             if chips is not None:
@@ -130,6 +162,13 @@ class Run(FollowedRun):
         self._chips = _chip_poller(info, environment.devices, self.options.spmd)
         self._stalls = StallWatch(self._processes.places.run_dir, self.options.watchdog, chips=self._chip_text)
         self._observers.insert(0, self._stalls)
+
+    def _compile_cache(self, info: RuntimeInfo) -> str | None:
+        """Each world compiles into a directory of its own: two processes writing one cache could corrupt it."""
+        directory = self.options.compile_cache_for(info)
+        if directory is None or self.world is None:
+            return directory
+        return f"{directory.rstrip('/')}/world-{self.world.index}"
 
     def _chip_run(self, info: RuntimeInfo, chips: int, trainer: bool) -> ChipRun | None:
         """A TorchTPU run's plan: a process per chip, in the mode asked for or the default for its code."""
@@ -141,7 +180,8 @@ class Run(FollowedRun):
         else:
             mode, self._mode_reason = ("eager", "a Trainer's default") if trainer else ("fused", "a loop's default")
         assert info.tpu is not None  # checked: TorchTPU has no CPU mode
-        return ChipRun.plan(chip_ranks.TORCH_TPU, info.tpu.generation, chips, mode)
+        host_chips = None if self.world is None else self.world.chips
+        return ChipRun.plan(chip_ranks.TORCH_TPU, info.tpu.generation, chips, mode, host_chips)
 
     def _chip_text(self, rank: int) -> str | None:
         if self._chips is None:
@@ -215,8 +255,7 @@ class Run(FollowedRun):
         if self._processes.places is not None:
             warm_imports.warm_up_after(self._processes.places.run_dir)  # for the next run's start
         self._processes.close()
-        if Run._alive is self:
-            Run._alive = None
+        Run.let_go(self)
 
     def _outcome(self) -> Outcome:
         seconds = self._seconds

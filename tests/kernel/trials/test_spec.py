@@ -1,0 +1,63 @@
+"""--trials SPEC: folds, grids and lists of dicts become numbered trials; anything else is refused with what to write."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpu_nb.kernel.trials.spec import TrialSpecError, parse_trials
+
+
+def test_folds_number_every_fold_and_say_how_many() -> None:
+    trials = parse_trials("folds=5")
+    assert [dict(trial.values) for trial in trials] == [{"fold": fold, "folds": 5} for fold in range(5)]
+    assert [trial.number for trial in trials] == [0, 1, 2, 3, 4]
+    assert trials[2].label == "fold 3/5"
+
+
+def test_a_grid_is_every_combination_with_the_last_name_varying_fastest() -> None:
+    trials = parse_trials("lr=1e-5,3e-5 seed=0,1 optim=adamw")
+    assert [dict(trial.values) for trial in trials] == [
+        {"lr": 1e-5, "seed": 0, "optim": "adamw"},
+        {"lr": 1e-5, "seed": 1, "optim": "adamw"},
+        {"lr": 3e-5, "seed": 0, "optim": "adamw"},
+        {"lr": 3e-5, "seed": 1, "optim": "adamw"},
+    ]
+    assert trials[1].label == "lr=1e-05 seed=1 optim='adamw'"
+
+
+def test_folds_with_a_grid_run_every_fold_of_every_combination() -> None:
+    trials = parse_trials("lr=0.1,0.2 folds=3")
+    assert len(trials) == 6
+    assert dict(trials[4].values) == {"lr": 0.2, "fold": 1, "folds": 3}
+    assert trials[4].label == "fold 2/3 lr=0.2"
+
+
+def test_a_notebook_name_holding_a_list_of_dicts_is_those_trials_in_order() -> None:
+    grid = [{"lr": 0.1, "warmup": 10}, {"lr": 0.3}]
+    trials = parse_trials("my_grid", {"my_grid": grid})
+    assert [dict(trial.values) for trial in trials] == grid
+    assert parse_trials(grid) == trials
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("", "give folds=K"),
+        ("lr", "is not NAME=VALUE"),
+        ("lr=0.1 lr=0.2", "lr is given twice"),
+        ("folds=1", "2 or more"),
+        ("folds=2,3", "one whole number of folds"),
+        ("a=" + ",".join(map(str, range(40))) + " b=" + ",".join(map(str, range(40))), "1600 trials"),
+        (5, "folds=5 for k-fold"),
+        ([{"lr": 1}, 3], "item 1 is a int"),
+        ([], "the list is empty"),
+    ],
+)
+def test_what_cannot_be_read_is_refused_with_what_to_write(spec: object, says: str) -> None:
+    with pytest.raises(TrialSpecError, match=says):
+        parse_trials(spec)  # type: ignore[arg-type]
+
+
+def test_a_name_not_in_the_notebook_is_read_as_written() -> None:
+    with pytest.raises(TrialSpecError, match="'grid' is not NAME=VALUE"):
+        parse_trials("grid", {})

@@ -1,0 +1,168 @@
+"""Sweeps on XLA:CPU, through `tpu_nb.launch(..., trials=...)`: a world of one device per trial, a queue, failures, stops, resumes."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.processes import descendants, interrupt_when, wait_until
+
+import tpu_nb
+from tpu_nb.kernel.endings.notebook_errors import LaunchRefused, WorkerError
+
+STARTUP = 60
+
+
+@pytest.fixture(autouse=True)
+def four_chips(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four XLA:CPU devices stand for a host's four chips: four worlds of one."""
+    monkeypatch.setenv("CPU_NUM_DEVICES", "4")
+
+
+def timed_fold(trial: dict[str, Any]) -> dict[str, Any]:
+    import torch_xla.runtime as xr
+
+    started = time.time()
+    time.sleep(1.5)
+    return {
+        **trial,
+        "pid": os.getpid(),
+        "devices": os.environ["CPU_NUM_DEVICES"],
+        "world_size": xr.world_size(),
+        "started": started,
+        "ended": time.time(),
+    }
+
+
+def test_five_folds_on_four_chips_run_four_at_a_time_and_the_fifth_when_one_frees() -> None:
+    result = tpu_nb.launch(timed_fold, trials="folds=5")
+    values = result.values
+    assert [(value["fold"], value["folds"]) for value in values] == [(fold, 5) for fold in range(5)]
+    assert {(value["devices"], value["world_size"]) for value in values} == {("1", 1)}  # a world of one each
+    assert len({value["pid"] for value in values}) == 5  # a process each, no collective between them
+    moments = sorted([(value["started"], 1) for value in values] + [(value["ended"], -1) for value in values])
+    running = [sum(change for _, change in moments[: index + 1]) for index in range(len(moments))]
+    assert max(running) == 4
+    fifth = max(values, key=lambda value: value["started"])
+    assert fifth["started"] >= min(value["ended"] for value in values)  # queued until a chip freed
+    assert [outcome.status for outcome in result.trials] == ["done"] * 5
+    assert {outcome.where for outcome in result.trials} == {"cpu 0", "cpu 1", "cpu 2", "cpu 3"}
+    assert not descendants(os.getpid())
+
+
+def train_linear(trial: dict[str, Any]) -> Any:
+    """A small deterministic training run: its weights depend on the trial's learning rate only."""
+    import torch
+    import torch_xla
+
+    device = torch_xla.device()
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(8, 2).to(device)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=trial["lr"])
+    for step in range(6):
+        generator = torch.Generator().manual_seed(step)
+        loss = layer(torch.randn(4, 8, generator=generator).to(device)).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        torch_xla.sync()
+        tpu_nb.report(step=step, loss=loss)
+    return torch.cat([parameter.detach().cpu().flatten() for parameter in layer.parameters()])
+
+
+def test_each_trials_weights_are_its_own_and_equal_to_the_same_trial_run_alone() -> None:
+    import torch
+
+    result = tpu_nb.launch(train_linear, trials=[{"lr": 0.05}, {"lr": 0.3}])
+    first, second = result.values
+    assert not torch.equal(first, second)
+    alone = tpu_nb.launch(train_linear, {"lr": 0.3}, cores=1)  # a world of one, as the trial had
+    assert torch.equal(second, alone)
+    assert result.comparison.metric.name == "loss" and result.best is not None
+    assert [row.trial.number for row in result.comparison.rows] == sorted((0, 1), key=lambda n: result.trials[n].final["loss"])
+
+
+def maybe_fail(trial: dict[str, Any]) -> int:
+    time.sleep(0.5)
+    if trial["fail"]:
+        raise ValueError("planted in trial two")
+    return trial["n"]
+
+
+def test_a_failing_trial_ends_alone_with_its_traceback_and_the_others_finish(capsys: pytest.CaptureFixture[str]) -> None:
+    result = tpu_nb.launch(maybe_fail, trials=[{"n": 1, "fail": False}, {"n": 2, "fail": True}, {"n": 3, "fail": False}])
+    assert [outcome.status for outcome in result.trials] == ["done", "failed", "done"]
+    assert result.values == [1, None, 3]
+    [failed] = result.failed
+    assert isinstance(failed.error, WorkerError) and "planted in trial two" in str(failed.error)
+    err = capsys.readouterr().err
+    assert "trial #1 (n=2 fail=True) failed" in err and "raise ValueError" in err
+
+
+def loop_until_stopped(folder: str, trial: dict[str, Any]) -> int:
+    step = 0
+    while True:
+        step += 1
+        time.sleep(0.05)
+        tpu_nb.report(step=step, loss=1.0 / step)
+        if step == 5:
+            Path(folder, f"running-{trial['n']}").touch()
+
+
+def test_an_interrupt_stops_every_running_trial_at_a_step_and_starts_no_queued_one(tmp_path: Path) -> None:
+    interrupt_when(lambda: len(list(tmp_path.glob("running-*"))) == 4, (0.0,))
+    started = time.monotonic()
+    result = tpu_nb.launch(loop_until_stopped, str(tmp_path), trials=[{"n": n} for n in range(6)])
+    assert time.monotonic() - started < STARTUP
+    assert [outcome.status for outcome in result.trials] == ["stopped"] * 4 + ["not started"] * 2
+    assert all(outcome.final["loss"] < 0.2 for outcome in result.trials[:4])
+    assert sorted(path.name for path in tmp_path.iterdir()) == [f"running-{n}" for n in range(4)]
+    assert wait_until(lambda: not descendants(os.getpid()), timeout=10)
+
+
+def checkpointed(folder: str, trial: dict[str, Any]) -> dict[str, Any]:
+    """Six tracked steps; trial 1 fails after step 3 the first time it runs."""
+    import torch
+    import torch_xla
+
+    Path(folder, f"started-{trial['n']}-{time.monotonic_ns()}").touch()
+    device = torch_xla.device()
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(8, 2).to(device)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=trial["lr"], momentum=0.9)
+    start = tpu_nb.checkpoint.track(model=layer, optimizer=optimizer)
+    for step in range(start, 6):
+        loss = layer(torch.randn(4, 8, generator=torch.Generator().manual_seed(step)).to(device)).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        torch_xla.sync()
+        tpu_nb.report(step=step, loss=loss)
+        if trial["n"] == 1 and step == 3 and not Path(folder, "failed-once").exists():
+            Path(folder, "failed-once").touch()
+            raise RuntimeError("the session ended")
+    return {"start": start, "weights": torch.cat([parameter.detach().cpu().flatten() for parameter in layer.parameters()])}
+
+
+def test_a_resumed_sweep_reruns_only_unfinished_trials_each_from_its_own_checkpoint(tmp_path: Path) -> None:
+    import torch
+
+    checkpoints, marks = tmp_path / "checkpoints", tmp_path / "marks"
+    marks.mkdir()
+    trials = [{"n": 0, "lr": 0.1}, {"n": 1, "lr": 0.2}]
+    first = tpu_nb.launch(checkpointed, str(marks), trials=trials, checkpoint=str(checkpoints), every="2steps")
+    assert [outcome.status for outcome in first.trials] == ["done", "failed"]
+    assert sorted((checkpoints / "trial-1").iterdir())  # its checkpoints, apart from trial 0's
+    with pytest.raises(LaunchRefused, match="add --resume"):
+        tpu_nb.launch(checkpointed, str(marks), trials=trials, checkpoint=str(checkpoints), every="2steps")
+    resumed = tpu_nb.launch(checkpointed, str(marks), trials=trials, checkpoint=str(checkpoints), every="2steps", resume=True)
+    assert [outcome.status for outcome in resumed.trials] == ["done earlier", "done"]
+    assert resumed.trials[0].final["loss"] == first.trials[0].final["loss"]  # from the sweep's record, not rerun
+    assert sorted(path.name.split("-")[1] for path in marks.glob("started-*")) == ["0", "1", "1"]
+    value = resumed.values[1]
+    assert value["start"] > 0  # resumed from its checkpoint, not from the start
+    alone = tpu_nb.launch(checkpointed, str(marks), {"n": 2, "lr": 0.2}, cores=1)  # uninterrupted
+    assert torch.equal(value["weights"], alone["weights"])

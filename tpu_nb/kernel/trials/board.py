@@ -1,0 +1,186 @@
+"""A sweep's dashboard: a row per trial (status, chips, step, loss, the compared metric) and a curve per trial.
+
+In a notebook kernel it is one output, redrawn in place about once a second
+(an IPython display id: no widget, so Colab, Kaggle, JupyterLab and a saved
+notebook all show it). Elsewhere (a script, a terminal) each trial's end is
+a line of text.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
+from tpu_nb.kernel.notebook.frontend import in_notebook_kernel
+from tpu_nb.kernel.planning.worlds import World
+from tpu_nb.kernel.progress.chart import INK, LINE_COLOURS
+from tpu_nb.kernel.progress.html_parts import phase_colour, pill
+from tpu_nb.kernel.progress.text import format_value
+from tpu_nb.kernel.trials.spec import Trial
+from tpu_nb.kernel.trials.sweep import TrialOutcome, TrialWatch
+from tpu_nb.kernel.trials.table import Comparison
+from tpu_nb.wire.events import Event, Progress
+
+REDRAW_SECONDS = 1.0
+LOSS = "loss"
+
+
+class _Row:
+    def __init__(self, trial: Trial) -> None:
+        self.trial = trial
+        self.status = "queued"
+        self.where: str | None = None
+        self.step: int | None = None
+        self.max_steps: int | None = None
+        self.last: dict[str, float] = {}
+        self.curves: dict[str, tuple[list[int], list[float]]] = {}
+
+    def take(self, event: Progress) -> None:
+        if event.max_steps is not None:
+            self.max_steps = event.max_steps
+        if event.step is not None:
+            self.step = event.step
+        for name, value in event.metrics.items():
+            self.last[name] = value
+            if event.step is not None:
+                steps, values = self.curves.setdefault(name, ([], []))
+                steps.append(event.step)
+                values.append(value)
+
+
+class SweepBoard(TrialWatch):
+    """The live rows and curves of a sweep's trials; `finish` adds the comparison."""
+
+    def __init__(self, trials: Sequence[Trial], worlds: Sequence[World], metric: str | None, title: str, write: Write = write_to_sys):
+        self._rows = {trial.number: _Row(trial) for trial in trials}
+        self._worlds = len(worlds)
+        self._metric = metric
+        self._title = title
+        self._write = write
+        self._handle: Any = None
+        self._drawn_at = 0.0
+        self._changed = True
+        self._comparison: Comparison | None = None
+        if in_notebook_kernel():
+            from IPython.display import display
+
+            self._handle = display(self._bundle(), raw=True, display_id=True)
+
+    def started(self, trial: Trial, world: World) -> None:
+        row = self._rows[trial.number]
+        row.status, row.where = "training", world.label
+        self._changed = True
+
+    def on_event(self, trial: Trial, event: Event) -> None:
+        if isinstance(event, Progress):
+            self._rows[trial.number].take(event)
+            self._changed = True
+
+    def ended(self, outcome: TrialOutcome) -> None:
+        row = self._rows[outcome.trial.number]
+        row.status = outcome.status
+        self._changed = True
+        if self._handle is None:
+            where = f" on {outcome.where}" if outcome.where else ""
+            shown = ", ".join(f"{name}={format_value(value)}" for name, value in outcome.final.items())
+            self._write(
+                "stdout",
+                f"tpu_nb: trial #{outcome.trial.number} ({outcome.trial.label}) {outcome.status}{where}: {shown or 'no metrics'}\n",
+            )
+
+    def refresh(self, stopping: bool) -> None:
+        if self._handle is None or not self._changed or time.monotonic() - self._drawn_at < REDRAW_SECONDS:
+            return
+        self._draw()
+
+    def finish(self, comparison: Comparison) -> None:
+        """The final rows, curves and the comparison."""
+        self._comparison = comparison
+        self._metric = comparison.metric.name
+        if self._handle is not None:
+            self._draw()
+
+    def _draw(self) -> None:
+        self._handle.update(self._bundle(), raw=True)
+        self._drawn_at, self._changed = time.monotonic(), False
+
+    def _bundle(self) -> dict[str, str]:
+        return {"text/plain": self.text(), "text/html": self.html()}
+
+    def text(self) -> str:
+        lines = [f"{self._title}: {len(self._rows)} trials, {self._worlds} at a time"]
+        for row in self._rows.values():
+            step = "" if row.step is None else f" step {row.step}" + (f"/{row.max_steps}" if row.max_steps else "")
+            metrics = " ".join(f"{name}={format_value(row.last[name])}" for name in self._shown_metrics() if name in row.last)
+            where = f" on {row.where}" if row.where else ""
+            lines.append(f"  #{row.trial.number} {row.trial.label}: {row.status}{where}{step} {metrics}".rstrip())
+        if self._comparison is not None:
+            lines.append(self._comparison.text())
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        metrics = self._shown_metrics()
+        head = "".join(
+            f"<th style='padding:2px 10px'>{html.escape(name)}</th>" for name in ["#", "trial", "status", "on", "step", *metrics]
+        )
+        body = []
+        for row in self._rows.values():
+            step = "" if row.step is None else f"{row.step}" + (f"/{row.max_steps}" if row.max_steps else "")
+            values = [format_value(row.last[name]) if name in row.last else "" for name in metrics]
+            cells = [
+                str(row.trial.number),
+                html.escape(row.trial.label),
+                pill(row.status, phase_colour(row.status)),
+                row.where or "",
+                step,
+                *values,
+            ]
+            body.append("<tr>" + "".join(f"<td style='padding:2px 10px'>{cell}</td>" for cell in cells) + "</tr>")
+        parts = [
+            f"<div class='tpu-nb-sweep'><b>{html.escape(self._title)}</b>: {len(self._rows)} trials, {self._worlds} at a time",
+            f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>",
+        ]
+        chart = self._chart()
+        if chart is not None:
+            parts.append(f"<img alt='a curve per trial' src='data:image/png;base64,{base64.b64encode(chart).decode()}'>")
+        if self._comparison is not None:
+            parts.append(f"<pre>{html.escape(self._comparison.text())}</pre>")
+        return "".join(parts) + "</div>"
+
+    def _shown_metrics(self) -> list[str]:
+        names = [LOSS]
+        if self._metric is not None and self._metric != LOSS:
+            names.append(self._metric)
+        return names
+
+    def _chart(self) -> bytes | None:
+        """The loss, and the compared metric, of every trial against its steps (transparent, for light and dark pages)."""
+        panels = [name for name in self._shown_metrics() if any(row.curves.get(name, ([], []))[0] for row in self._rows.values())]
+        if not panels:
+            return None
+        from matplotlib.figure import Figure
+
+        figure = Figure(figsize=(3.6 * len(panels) + 1.2, 2.6), dpi=100)
+        for axes, name in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
+            for index, row in enumerate(self._rows.values()):
+                steps, values = row.curves.get(name, ([], []))
+                if steps:
+                    colour = LINE_COLOURS[index % len(LINE_COLOURS)]
+                    style = "-" if index < len(LINE_COLOURS) else "--"
+                    axes.plot(steps, values, style, color=colour, linewidth=1.3, label=f"#{row.trial.number}")
+            axes.set_title(name, fontsize=10, color=INK)
+            axes.set_xlabel("step", fontsize=9, color=INK)
+            axes.tick_params(labelsize=8, colors=INK)
+            for spine in axes.spines.values():
+                spine.set_edgecolor(INK)
+            axes.grid(color=INK, alpha=0.3)
+            axes.legend(fontsize=7, frameon=False, labelcolor=INK, ncol=2)
+        figure.subplots_adjust(left=0.08, right=0.98, bottom=0.2, top=0.88, wspace=0.3)
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", transparent=True)
+        return buffer.getvalue()

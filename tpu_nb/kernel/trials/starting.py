@@ -1,0 +1,126 @@
+"""From `--trials` to a finished sweep: the trials read, the worlds planned, each trial's options (its own checkpoints), the run.
+
+`%%tpu_train --trials` and `tpu_nb.launch(..., trials=...)` both come here.
+Everything that can be refused is checked before the first trial starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tpu_nb.kernel.endings.notebook_errors import refused
+from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
+from tpu_nb.kernel.planning.checkpoint_plans import plan_checkpoints
+from tpu_nb.kernel.planning.declared_options import OPTION_NAMED
+from tpu_nb.kernel.planning.options import LaunchOptions
+from tpu_nb.kernel.planning.worlds import WorldsUnavailable, plan_worlds
+from tpu_nb.kernel.trials.board import SweepBoard
+from tpu_nb.kernel.trials.record import FINISHED, finished_trials, record_trial, trial_directory
+from tpu_nb.kernel.trials.results import SweepResult
+from tpu_nb.kernel.trials.spec import Trial, TrialSpecError, parse_trials
+from tpu_nb.kernel.trials.sweep import Sweep, TrialOutcome, TrialWatch, Watches
+from tpu_nb.kernel.trials.table import MetricChoice, MetricError, TrialRow, compare, default_metric
+from tpu_nb.runtime import detect
+from tpu_nb.wire.checkpoints import list_checkpoints
+from tpu_nb.workers.programs import Program
+
+EARLIER = "done earlier"
+"""A trial a resumed sweep did not rerun: an earlier run of the sweep finished it."""
+CHECKPOINT_OPTIONS = ("checkpoint", "every", "keep", "budget", "resume")
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPlan:
+    """The trials, how many cores each gets, and what compares them."""
+
+    trials: tuple[Trial, ...]
+    cores_per_trial: int
+    metric: MetricChoice | None
+
+
+def plan_sweep(trials: Any, cores_per_trial: int, metric: str | None, namespace: Mapping[str, Any] | None = None) -> SweepPlan:
+    """The sweep `--trials`, `--cores-per-trial` and `--trials-metric` ask for; `LaunchRefused` with the fix."""
+    try:
+        return SweepPlan(parse_trials(trials, namespace), cores_per_trial, None if metric is None else MetricChoice.parse(metric))
+    except (TrialSpecError, MetricError) as error:
+        raise refused(str(error)) from None
+
+
+def run_sweep(
+    plan: SweepPlan, program_for: Callable[[Trial], Program], run_options: Mapping[str, Any], title: str, write: Write = write_to_sys
+) -> SweepResult:
+    """Run the plan's trials side by side (`run_options`: the run options as given, `declared_options`' names)."""
+    plain = {**run_options, **{name: OPTION_NAMED[name].default for name in CHECKPOINT_OPTIONS}}
+    base = dataclasses.replace(LaunchOptions.from_user(**plain), progress=False)  # the sweep's board shows every trial
+    info = detect(stack=base.stack)
+    try:
+        worlds = plan_worlds(info, plan.cores_per_trial)
+    except WorldsUnavailable as error:
+        raise refused(str(error)) from None
+    checkpoint = run_options.get("checkpoint")
+    resume = run_options.get("resume")
+    done_before = finished_trials(_resume_source(checkpoint, resume), plan.trials) if checkpoint is not None and resume else {}
+    to_run = [trial for trial in plan.trials if trial.number not in done_before]
+    options = {trial.number: _trial_options(base, trial, run_options) for trial in to_run}
+    board = SweepBoard(plan.trials, worlds, None if plan.metric is None else plan.metric.name, title, write)
+    earlier = [
+        TrialOutcome(trial, EARLIER, None, None, ({"step": None, **done_before[trial.number]},), None)
+        for trial in plan.trials
+        if trial.number in done_before
+    ]
+    for outcome in earlier:
+        board.ended(outcome)
+    watches: list[TrialWatch] = [board]
+    if checkpoint is not None:
+        watches.append(_Recorder(checkpoint))
+    sweep = Sweep(to_run, program_for, lambda trial: options[trial.number], worlds, title, Watches(*watches), write)
+    ran = {outcome.trial.number: outcome for outcome in [*earlier, *sweep.run()]}
+    outcomes = [ran[trial.number] for trial in plan.trials]
+    rows = [TrialRow(outcome.trial, outcome.status, outcome.where, outcome.final, outcome.seconds) for outcome in outcomes]
+    comparison = compare(rows, plan.metric or default_metric(rows))
+    board.finish(comparison)
+    return SweepResult(outcomes, comparison)
+
+
+def _trial_options(base: LaunchOptions, trial: Trial, given: Mapping[str, Any]) -> LaunchOptions:
+    """A trial's options: the sweep's, with checkpoints (and a resume) in its own directory under `--checkpoint`."""
+    checkpoint = given.get("checkpoint")
+    if checkpoint is None:
+        return base
+    resume = given.get("resume")
+    source = _resume_source(checkpoint, resume)
+    own = trial_directory(checkpoint, trial)
+    # A trial the earlier run never checkpointed starts afresh; one that did resumes from its own newest.
+    resume_from: str | bool | None = None
+    if resume and _has_checkpoints(trial_directory(source, trial)):
+        resume_from = trial_directory(source, trial) if source != checkpoint else True
+    defaults = {name: OPTION_NAMED[name].default for name in CHECKPOINT_OPTIONS}
+    values = {**defaults, **{name: given[name] for name in CHECKPOINT_OPTIONS if name in given}}
+    plan = plan_checkpoints(own, values["every"], values["keep"], resume_from, values["budget"])
+    return dataclasses.replace(base, checkpoints=plan)
+
+
+def _resume_source(checkpoint: str | None, resume: Any) -> str:
+    """Where a resumed sweep's trials come from: `--resume DIR`, or its own `--checkpoint`."""
+    if isinstance(resume, str) and resume:
+        return resume
+    assert checkpoint is not None, "a resume without a directory resumes --checkpoint's"
+    return checkpoint
+
+
+def _has_checkpoints(directory: str) -> bool:
+    return bool(list_checkpoints(directory))
+
+
+class _Recorder(TrialWatch):
+    """Each finished trial into the sweep's record, so that a resume skips it."""
+
+    def __init__(self, checkpoint: str) -> None:
+        self._checkpoint = checkpoint
+
+    def ended(self, outcome: TrialOutcome) -> None:
+        if outcome.ending is not None:
+            record_trial(self._checkpoint, outcome.trial, FINISHED if outcome.status == "done" else outcome.status, outcome.final)
