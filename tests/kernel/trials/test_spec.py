@@ -25,6 +25,10 @@ def test_a_grid_is_every_combination_with_the_last_name_varying_fastest() -> Non
     assert trials[1].label == "lr=1e-05 seed=1 optim='adamw'"
 
 
+def test_the_quotes_a_magic_keeps_around_a_grid_are_not_part_of_it() -> None:
+    assert parse_trials('"lr=0.1,0.2 seed=0"') == parse_trials("'lr=0.1,0.2 seed=0'") == parse_trials("lr=0.1,0.2 seed=0")
+
+
 def test_folds_with_a_grid_run_every_fold_of_every_combination() -> None:
     trials = parse_trials("lr=0.1,0.2 folds=3")
     assert len(trials) == 6

@@ -46,7 +46,7 @@ def parse_trials(spec: str | int | Sequence[Mapping[str, Any]], namespace: Mappi
     if isinstance(spec, int) and not isinstance(spec, bool):
         raise TrialSpecError(f"trials={spec}: say what varies: folds={spec} for k-fold, or a grid such as 'lr=1e-5,3e-5 seed=0,1'.")
     if isinstance(spec, str):
-        text = spec.strip()
+        text = _unquoted(spec.strip())
         if text.isidentifier() and namespace is not None and text in namespace:
             return _listed(namespace[text], f"`{text}`")
         return _written(text)
@@ -101,6 +101,13 @@ def _listed(value: Any, where: str) -> tuple[Trial, ...]:
         raise TrialSpecError(f"--trials {where}: the list is empty; give at least one trial.")
     _check_count(len(trials))
     return tuple(trials)
+
+
+def _unquoted(text: str) -> str:
+    """The spec without the quotes around it: IPython's magics keep them (`--trials "lr=1e-5,3e-5 seed=0,1"`)."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1].strip()
+    return text
 
 
 def _value(text: str) -> Any:
