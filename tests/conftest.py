@@ -5,8 +5,12 @@ from __future__ import annotations
 import importlib
 import os
 import signal
+import tempfile
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
+# Every run's record goes to a run log (tpu_nb/kernel/history/log.py), by default beside the notebook: here the tests'
+# runs, and the kernels and tutorials they start, log into a directory of their own, never into the checkout.
+os.environ.setdefault("TPU_NB_RUN_LOG", tempfile.mkdtemp(prefix="tpu_nb_run_log-"))
 
 from collections.abc import Iterator
 

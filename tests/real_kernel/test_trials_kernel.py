@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from support.kernel import Kernel, errors_of, started_kernel, text_of
+from support.processes import descendants, wait_until
 from test_dashboard_kernel import TRAINER_SETUP
 
 
@@ -58,3 +59,32 @@ def test_a_grid_of_four_trainers_runs_side_by_side_and_the_best_comes_back(kerne
     out = text_of(checked)
     assert "trials differ: True" in out and "same as alone: True" in out and "model is best: True" in out
     assert "statuses: ['done', 'done', 'done', 'done']" in out
+    listed = kernel.run("%tpu_runs --last 5 --metric eval_loss", allow_errors=False)
+    table = listed.outputs[0]["data"]
+    assert "<img" in table["text/html"] and "best eval_loss" in table["text/html"]
+    rows = table["text/plain"].splitlines()
+    assert len(rows) == 5 and all("%%tpu_train --trials trial #" in row for row in rows[1:])
+    assert sum("(lr=0.003 seed=1)" in row for row in rows) == 1
+
+
+LOOPING_TRIALS = """%%tpu_train --trials "n=0,1,2,3,4,5"
+import time
+step = 0
+while True:
+    step += 1
+    time.sleep(0.05)
+    report(step=step, loss=1.0 / step)
+    if step == 5:
+        print("running", trial["n"])
+"""
+
+
+def test_an_interrupt_stops_the_running_trials_gracefully_and_starts_no_queued_one(kernel: Kernel) -> None:
+    kernel.run("%load_ext tpu_nb", allow_errors=False)
+    cell, _ = kernel.run_and_interrupt(LOOPING_TRIALS, when="running 3", timeout=300)
+    assert not errors_of(cell), text_of(cell)
+    out = text_of(cell)
+    assert "stopping 4 running trial(s) at their next step boundary" in out
+    result = kernel.run("print([outcome.status for outcome in _.trials])", allow_errors=False)
+    assert "['stopped', 'stopped', 'stopped', 'stopped', 'not started', 'not started']" in text_of(result)
+    assert wait_until(lambda: not descendants(kernel.pid), timeout=30)

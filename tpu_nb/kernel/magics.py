@@ -1,4 +1,5 @@
-"""IPython glue for every magic: `%%tpu_train`, `%%tpu_prepare`, `%tpu_info`, `%tpu_checkpoints`, `%tpu_release`, `%tpu_picker`, `%tpu_selftest`.
+"""IPython glue for every magic: `%%tpu_train`, `%%tpu_prepare`, `%tpu_info`, `%tpu_checkpoints`, `%tpu_runs`, `%tpu_release`,
+`%tpu_picker`, `%tpu_selftest`.
 
 Logic lives in the modules it calls; `%%tpu_train`'s arguments are built
 from the options' one declaration (`planning.declared_options`).
@@ -20,6 +21,8 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from tpu_nb.kernel.endings.run_ending import Ending
+from tpu_nb.kernel.history.log import log_directory, read_log, records_named
+from tpu_nb.kernel.history.view import runs_chart, runs_html, runs_text
 from tpu_nb.kernel.notebook.cell_output import write_to_sys
 from tpu_nb.kernel.notebook.cell_source import cache_as_written, running_cell_number
 from tpu_nb.kernel.notebook.returns import hand_back, hand_back_later
@@ -99,6 +102,37 @@ class TpuMagics(Magics):
             raise UsageError("%tpu_checkpoints DIR: name the checkpoint directory (no run in this kernel used --checkpoint yet).")
         text, markup = describe_checkpoints(directory)
         display({"text/plain": text, "text/html": markup}, raw=True)
+
+    @magic_arguments()
+    @argument("numbers", nargs="*", type=int, metavar="N", help="Overlay these runs' curves (numbers as the table shows them).")
+    @argument("--last", type=int, default=20, metavar="K", help="List the K newest runs (default 20); the last 5 are overlaid.")
+    @argument("--metric", default="loss", metavar="NAME", help="Overlay this metric's curves beside the loss (e.g. eval_accuracy).")
+    @argument("--log", default=None, metavar="DIR", help="The run log's directory (default: TPU_NB_RUN_LOG, else tpu_nb_runs).")
+    @line_magic
+    def tpu_runs(self, line: str) -> None:
+        """List the runs of this notebook's run log (each run's record, written when it ended) and overlay their curves.
+
+        `%tpu_runs` lists the newest runs and overlays the last five;
+        `%tpu_runs 3 7 12` overlays those, so today's cells are compared
+        without running them again.
+
+        Guide: https://github.com/tpu-nb/tpu_nb/blob/main/docs/guides/trials-and-run-log.md
+        """
+        args = parse_argstring(self.tpu_runs, line)
+        if args.last < 1:
+            raise UsageError(f"--last {args.last}: give how many of the newest runs to list, 1 or more.")
+        directory = log_directory(args.log)
+        if directory is None:
+            raise UsageError("%tpu_runs: the run log is off (TPU_NB_RUN_LOG=off); name its directory with --log DIR.")
+        records = read_log(directory)
+        try:
+            overlaid = records_named(records, args.numbers) if args.numbers else records[-5:]
+        except KeyError as error:
+            known = f"1 to {records[-1].number}" if records else "none yet"
+            raise UsageError(f"%tpu_runs: {directory} has no run {', '.join(map(str, error.args[0]))} (its runs: {known}).") from None
+        listed = records[-args.last :]
+        chart = runs_chart(overlaid, args.metric)
+        display({"text/plain": runs_text(listed, args.metric), "text/html": runs_html(listed, args.metric, chart)}, raw=True)
 
     @magic_arguments()
     @line_magic
@@ -333,6 +367,7 @@ def unload(ipython: InteractiveShell) -> None:
     manager = ipython.magics_manager
     manager.magics["line"].pop("tpu_info", None)
     manager.magics["line"].pop("tpu_checkpoints", None)
+    manager.magics["line"].pop("tpu_runs", None)
     manager.magics["line"].pop("tpu_release", None)
     manager.magics["line"].pop("tpu_picker", None)
     manager.magics["line"].pop("tpu_selftest", None)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from support.processes import descendants
 
 from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
+from tpu_nb.kernel.history.log import read_log
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.run.followed_run import run_in_foreground
 from tpu_nb.kernel.run.local_run import Run
@@ -36,3 +39,26 @@ def test_a_run_in_the_foreground_ends_with_its_results() -> None:
     assert (ending.status, ending.error) == ("done", None)
     assert ending.results[0].value == 3
     assert Run.alive() is None
+
+
+def reports_twice() -> str:
+    import tpu_nb
+
+    tpu_nb.report(step=0, loss=2.0)
+    tpu_nb.report(step=1, loss=1.0)
+    return "trained"
+
+
+def test_every_run_leaves_its_record_in_the_run_log_unless_it_is_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    options = LaunchOptions(progress=False, run_log=str(tmp_path / "log"), cores=1)
+    run_in_foreground(Run(FunctionProgram(reports_twice, ()), options, "a logged run", logged={"trial": {"lr": 0.1}}))
+    [record] = read_log(tmp_path / "log")
+    assert (record.number, record.title, record.status, record.trial) == (1, "a logged run", "done", {"lr": 0.1})
+    assert record.final == {"loss": 1.0} and record.options == {"progress": False, "cores": 1, "run_log": str(tmp_path / "log")}
+    run_in_foreground(Run(FunctionProgram(reports_twice, ()), LaunchOptions(progress=False, run_log="off"), "not logged"))
+    assert len(read_log(tmp_path / "log")) == 1
+    blocked = tmp_path / "a file"
+    blocked.write_text("not a directory")
+    ending = run_in_foreground(Run(FunctionProgram(reports_twice, ()), LaunchOptions(progress=False, run_log=str(blocked)), "blocked"))
+    assert ending.status == "done"  # a log that cannot be written never fails the run
+    assert f"the run log {blocked} could not be written" in capsys.readouterr().err

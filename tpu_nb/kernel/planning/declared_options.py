@@ -240,6 +240,14 @@ OPTIONS: tuple[Option, ...] = (
         choices=MODES,
     ),
     Option(
+        "run_log",
+        str,
+        None,
+        "Where the run's record goes (options, trial, final and best metrics, curves, time, checkpoints; %tpu_runs shows "
+        "them): DIR, or 'off' for none. Default: TPU_NB_RUN_LOG if set, else tpu_nb_runs beside the notebook.",
+        metavar="DIR",
+    ),
+    Option(
         "trials",
         str,
         None,

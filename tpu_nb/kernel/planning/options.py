@@ -60,6 +60,8 @@ class LaunchOptions:
     """--stack: torch_xla or torch_tpu (None: the one that works with the installed torch)."""
     mode: ExecutionMode | None = None
     """--mode, on TorchTPU: eager, fused or compile (None: fused for a hand-written loop, eager for a Trainer)."""
+    run_log: str | None = None
+    """--run-log: the run log's directory, or "off" (None: TPU_NB_RUN_LOG, else tpu_nb_runs in the working directory)."""
 
     @classmethod
     def from_user(cls, **given: Any) -> LaunchOptions:
@@ -95,6 +97,7 @@ class LaunchOptions:
             watchdog=_watchdog_setting(value["watchdog"]),
             stack=_stack_named(value["stack"]),
             mode=_mode_named(value["mode"]),
+            run_log=value["run_log"],
         )
 
     def deadline_on(self, info: RuntimeInfo) -> Deadline | None:

@@ -16,10 +16,11 @@ import dataclasses
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import Literal, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol
 
 from tpu_nb.kernel.endings.run_ending import Ending
+from tpu_nb.kernel.history.log import CurveKeeper, RunRecord, append_record, changed_options, log_directory
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.interrupts import interrupts_counted
 from tpu_nb.kernel.planning.deadlines import Deadline, StopNeeds
@@ -43,11 +44,20 @@ class RunObserver(Protocol):
 class FollowedRun(ABC):
     """The life of one run; subclasses say how its processes start, report, stop and end."""
 
-    def __init__(self, options: LaunchOptions, title: str, observers: Sequence[RunObserver] = (), write: Write = write_to_sys) -> None:
+    def __init__(
+        self,
+        options: LaunchOptions,
+        title: str,
+        observers: Sequence[RunObserver] = (),
+        write: Write = write_to_sys,
+        logged: Mapping[str, Any] | None = None,
+    ) -> None:
         self.options = options
         self.title = title
         self._write = write
-        self._observers: list[RunObserver] = list(observers)
+        self._curves = CurveKeeper()  # for the run log's record
+        self._logged = dict(logged or {})  # what the log's record adds: a sweep's trial and label
+        self._observers: list[RunObserver] = [self._curves, *observers]
         self._display: ProgressDisplay | None = None
         self._started_at: float | None = None
         self._started_wall = time.time()
@@ -157,7 +167,34 @@ class FollowedRun(ABC):
         ending = self._ending()
         if self._display is not None:
             self._display.finish(ending.status, ending.text)
+        self._log(ending)
         return ending
+
+    def _log(self, ending: Ending) -> None:
+        """The run's record in the run log; a log that cannot be written is said, never the run's failure."""
+        directory = log_directory(self.options.run_log)
+        if directory is None:
+            return
+        checkpoints = self.options.checkpoints
+        record = RunRecord(
+            number=0,
+            title=self.title,
+            started=self._started_wall,
+            seconds=self._seconds,
+            status=ending.status,
+            text=ending.text,
+            options=changed_options(self.options, LaunchOptions()),
+            trial=self._logged.get("trial"),
+            sweep=self._logged.get("sweep"),
+            final=dict(self._curves.final),
+            best=dict(self._curves.best),
+            curves=self._curves.curves(),
+            checkpoints=None if checkpoints is None else checkpoints.directory,
+        )
+        try:
+            append_record(directory, record)
+        except OSError as error:
+            self._write("stderr", f"tpu_nb: the run log {directory} could not be written ({error}); --run-log off turns it off.\n")
 
     def close(self) -> None:
         """Leave nothing running (after an unexpected error too) and free what the run held."""

@@ -10,8 +10,8 @@ the kernel's one slot for all of them.
 from __future__ import annotations
 
 import signal
-from collections.abc import Sequence
-from typing import ClassVar, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Protocol
 
 from tpu_nb.kernel.endings.notebook_errors import refused
 from tpu_nb.kernel.endings.run_ending import Died, Ending, Outcome, Stopped, collect, ending_of
@@ -86,8 +86,9 @@ class Run(FollowedRun):
         observers: Sequence[RunObserver] = (),
         write: Write = write_to_sys,
         world: World | None = None,
+        logged: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__(options, title, observers, write)
+        super().__init__(options, title, observers, write, logged)
         self.program = program
         self.world = world
         """A trial's world (its chips, and the variables that bind it to them); None: every device of the host."""

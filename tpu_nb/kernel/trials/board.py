@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.frontend import in_notebook_kernel
 from tpu_nb.kernel.planning.worlds import World
-from tpu_nb.kernel.progress.chart import INK, LINE_COLOURS
+from tpu_nb.kernel.progress.chart import Curve, overlay_chart
 from tpu_nb.kernel.progress.html_parts import phase_colour, pill
 from tpu_nb.kernel.progress.text import format_value
 from tpu_nb.kernel.trials.spec import Trial
@@ -159,28 +158,10 @@ class SweepBoard(TrialWatch):
         return names
 
     def _chart(self) -> bytes | None:
-        """The loss, and the compared metric, of every trial against its steps (transparent, for light and dark pages)."""
-        panels = [name for name in self._shown_metrics() if any(row.curves.get(name, ([], []))[0] for row in self._rows.values())]
-        if not panels:
-            return None
-        from matplotlib.figure import Figure
+        """The loss, and the compared metric, of every trial against its steps."""
+        return overlay_chart([(name, [_curve(row, name) for row in self._rows.values()]) for name in self._shown_metrics()])
 
-        figure = Figure(figsize=(3.6 * len(panels) + 1.2, 2.6), dpi=100)
-        for axes, name in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
-            for index, row in enumerate(self._rows.values()):
-                steps, values = row.curves.get(name, ([], []))
-                if steps:
-                    colour = LINE_COLOURS[index % len(LINE_COLOURS)]
-                    style = "-" if index < len(LINE_COLOURS) else "--"
-                    axes.plot(steps, values, style, color=colour, linewidth=1.3, label=f"#{row.trial.number}")
-            axes.set_title(name, fontsize=10, color=INK)
-            axes.set_xlabel("step", fontsize=9, color=INK)
-            axes.tick_params(labelsize=8, colors=INK)
-            for spine in axes.spines.values():
-                spine.set_edgecolor(INK)
-            axes.grid(color=INK, alpha=0.3)
-            axes.legend(fontsize=7, frameon=False, labelcolor=INK, ncol=2)
-        figure.subplots_adjust(left=0.08, right=0.98, bottom=0.2, top=0.88, wspace=0.3)
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", transparent=True)
-        return buffer.getvalue()
+
+def _curve(row: _Row, name: str) -> Curve:
+    steps, values = row.curves.get(name, ([], []))
+    return (f"#{row.trial.number}", steps, values)

@@ -18,6 +18,7 @@ from typing import Any
 
 from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
 from tpu_nb.kernel.endings.run_ending import Ending
+from tpu_nb.kernel.history.log import sweep_label
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.interrupts import interrupts_counted
 from tpu_nb.kernel.planning.options import LaunchOptions
@@ -128,6 +129,7 @@ class Sweep:
         self._watch = watch or TrialWatch()
         self._write = write
         self._stopping = False
+        self._label = sweep_label(title)
 
     def run(self) -> tuple[TrialOutcome, ...]:
         """Run every trial (LaunchRefused, with nothing started, when the first cannot start); each one's outcome, in trial order."""
@@ -170,9 +172,9 @@ class Sweep:
     def _start(self, trial: Trial, world: World, first: bool) -> _Active | TrialOutcome:
         metrics = MetricsLog()
         observers: list[RunObserver] = [metrics, _Forwarded(trial, self._watch)]
-        run = Run(
-            self._program_for(trial), self._options_for(trial), f"trial #{trial.number}", observers, _prefixed(self._write, trial), world
-        )
+        logged = {"trial": dict(trial.values), "sweep": self._label}
+        title = f"{self.title} trial #{trial.number}"
+        run = Run(self._program_for(trial), self._options_for(trial), title, observers, _prefixed(self._write, trial), world, logged)
         try:
             run.start()
         except LaunchRefused as refusal:

@@ -7,10 +7,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tpu_nb.kernel.history.log import smaller_is_better
 from tpu_nb.kernel.trials.spec import FOLDS, Trial
-
-SMALLER_IS_BETTER = ("loss", "error", "perplexity", "wer", "cer", "mse", "mae", "rmse")
-"""Words in a metric's name that mean lower is better; any other metric is better higher (accuracy, f1, ...)."""
 
 
 class MetricError(ValueError):
@@ -32,7 +30,7 @@ class MetricChoice:
             raise MetricError(f"--trials-metric {text!r}: give a metric the trials report, e.g. eval_accuracy, or eval_loss:min.")
         if colon:
             return cls(name, direction == "max")
-        return cls(name, not any(word in name.lower() for word in SMALLER_IS_BETTER))
+        return cls(name, not smaller_is_better(name))
 
     @property
     def describe(self) -> str:

@@ -1,0 +1,38 @@
+"""%tpu_runs' table and overlay: a row per run with its trial and values, a line per run in the chart."""
+
+from __future__ import annotations
+
+from tpu_nb.kernel.history.log import RunRecord
+from tpu_nb.kernel.history.view import run_label, runs_chart, runs_html, runs_text
+
+
+def _record(number: int, trial: dict[str, object] | None, loss: list[float], accuracy: float | None = None) -> RunRecord:
+    curves = {"loss": tuple(enumerate(loss))}
+    final = {"loss": loss[-1]}
+    if accuracy is not None:
+        curves["eval_accuracy"] = ((len(loss) - 1, accuracy),)
+        final["eval_accuracy"] = accuracy
+    return RunRecord(number, "%%tpu_train", 1_700_000_000.0, 75.0, "done", None, {}, trial, None, final, final, curves, "/ckpt/trial-0")
+
+
+def test_each_run_is_a_row_named_by_its_number_title_and_trial() -> None:
+    records = [_record(1, None, [2.0, 1.0]), _record(2, {"lr": 3e-5}, [2.0, 0.5], accuracy=0.75)]
+    assert run_label(records[1]) == "#2 %%tpu_train (lr=3e-05)"
+    text = runs_text(records, "eval_accuracy")
+    assert text.splitlines()[1].startswith("#2 %%tpu_train (lr=3e-05)") and "1m15s" in text and "eval_accuracy=0.75" in text
+    html = runs_html(records, "eval_accuracy", chart=None)
+    assert html.count("<tr>") == 3 and "best eval_accuracy" in html and "/ckpt/trial-0" in html and "<img" not in html
+    assert runs_text([], "loss").startswith("tpu_nb: no runs logged yet")
+
+
+def test_the_overlay_has_a_panel_per_metric_reported_and_nothing_without_curves() -> None:
+    records = [_record(1, None, [2.0, 1.0, 0.8]), _record(2, {"lr": 3e-5}, [2.0, 0.5, 0.4], accuracy=0.75)]
+    both = runs_chart(records, "eval_accuracy")
+    loss_only = runs_chart(records, "loss")
+    assert both is not None and loss_only is not None and both.startswith(b"\x89PNG")
+    assert _width(both) > _width(loss_only)  # two panels side by side
+    assert runs_chart([RunRecord(3, "t", 0.0, 1.0, "failed", "x", {}, None, None, {}, {}, {}, None)], "loss") is None
+
+
+def _width(png: bytes) -> int:
+    return int.from_bytes(png[16:20], "big")

@@ -1,0 +1,80 @@
+"""`%tpu_runs`: the run log as a table, and the curves of the runs named, overlaid on one chart."""
+
+from __future__ import annotations
+
+import base64
+import html
+import time
+from collections.abc import Sequence
+
+from tpu_nb.kernel.history.log import RunRecord
+from tpu_nb.kernel.progress.chart import Curve, overlay_chart
+from tpu_nb.kernel.progress.text import format_value
+from tpu_nb.wire.units import format_duration
+
+LOSS = "loss"
+
+
+def run_label(record: RunRecord) -> str:
+    """ "#12 %%tpu_train" or "#14 trial #2 (lr=3e-05)": what a run is called in the table and the legend."""
+    trial = "" if record.trial is None else " (" + " ".join(f"{name}={value!r}" for name, value in record.trial.items()) + ")"
+    return f"#{record.number} {record.title}{trial}"
+
+
+def runs_text(records: Sequence[RunRecord], metric: str) -> str:
+    """The runs as plain text, a line each: number, start, title and trial, status, time, final loss and `metric`."""
+    if not records:
+        return "tpu_nb: no runs logged yet (every run adds its record when it ends)."
+    lines = []
+    for record in records:
+        values = " ".join(f"{name}={format_value(record.final[name])}" for name in _shown(metric) if name in record.final)
+        lines.append(f"{run_label(record)}  {_when(record)}  {record.status}  {format_duration(record.seconds)}  {values}".rstrip())
+    return "\n".join(lines)
+
+
+def runs_html(records: Sequence[RunRecord], metric: str, chart: bytes | None) -> str:
+    """The runs as a table (best value of `metric` too), with the overlaid curves under it."""
+    names = _shown(metric)
+    head = ["#", "started", "run", "status", "time", *(f"final {name}" for name in names), f"best {metric}", "checkpoints"]
+    rows = []
+    for record in records:
+        trial = "" if record.trial is None else " ".join(f"{name}={value!r}" for name, value in record.trial.items())
+        cells = [
+            str(record.number),
+            _when(record),
+            html.escape(record.title + (f" ({trial})" if trial else "")),
+            html.escape(record.status),
+            format_duration(record.seconds),
+            *(format_value(record.final[name]) if name in record.final else "" for name in names),
+            format_value(record.best[metric]) if metric in record.best else "",
+            html.escape(record.checkpoints or ""),
+        ]
+        rows.append("<tr>" + "".join(f"<td style='padding:2px 10px'>{cell}</td>" for cell in cells) + "</tr>")
+    table = (
+        "<table><thead><tr>"
+        + "".join(f"<th style='padding:2px 10px'>{html.escape(name)}</th>" for name in head)
+        + f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+    image = "" if chart is None else f"<img alt='the runs overlaid' src='data:image/png;base64,{base64.b64encode(chart).decode()}'>"
+    return f"<div class='tpu-nb-runs'>{table}{image}</div>"
+
+
+def runs_chart(records: Sequence[RunRecord], metric: str) -> bytes | None:
+    """The loss (and `metric`) of each run against its steps, a line per run."""
+    return overlay_chart([(name, [_curve(record, name) for record in records]) for name in _shown(metric)])
+
+
+def _curve(record: RunRecord, name: str) -> Curve:
+    points = record.curves.get(name, ())
+    return (run_label(record), [step for step, _ in points], [value for _, value in points])
+
+
+def _shown(metric: str) -> list[str]:
+    return [LOSS] if metric == LOSS else [LOSS, metric]
+
+
+def _when(record: RunRecord) -> str:
+    started = time.localtime(record.started)
+    today = time.localtime()
+    shape = "%H:%M:%S" if started[:3] == today[:3] else "%Y-%m-%d %H:%M"
+    return time.strftime(shape, started)
