@@ -55,7 +55,15 @@ class _Row:
 class SweepBoard(TrialWatch):
     """The live rows and curves of a sweep's trials; `finish` adds the comparison."""
 
-    def __init__(self, trials: Sequence[Trial], worlds: Sequence[World], metric: str | None, title: str, write: Write = write_to_sys):
+    def __init__(
+        self,
+        trials: Sequence[Trial],
+        worlds: Sequence[World],
+        metric: str | None,
+        title: str,
+        write: Write = write_to_sys,
+        shown: bool = True,
+    ):
         self._rows = {trial.number: _Row(trial) for trial in trials}
         self._worlds = len(worlds)
         self._metric = metric
@@ -65,7 +73,8 @@ class SweepBoard(TrialWatch):
         self._drawn_at = 0.0
         self._changed = True
         self._comparison: Comparison | None = None
-        if in_notebook_kernel():
+        self._shown = shown  # --no-progress: nothing drawn or printed (the result still compares the trials)
+        if shown and in_notebook_kernel():
             from IPython.display import display
 
             self._handle = display(self._bundle(), raw=True, display_id=True)
@@ -84,7 +93,7 @@ class SweepBoard(TrialWatch):
         row = self._rows[outcome.trial.number]
         row.status = outcome.status
         self._changed = True
-        if self._handle is None:
+        if self._handle is None and self._shown:
             where = f" on {outcome.where}" if outcome.where else ""
             shown = ", ".join(f"{name}={format_value(value)}" for name, value in outcome.final.items())
             self._write(

@@ -54,7 +54,8 @@ def run_sweep(
 ) -> SweepResult:
     """Run the plan's trials side by side (`run_options`: the run options as given, `declared_options`' names)."""
     plain = {**run_options, **{name: OPTION_NAMED[name].default for name in CHECKPOINT_OPTIONS}}
-    base = dataclasses.replace(LaunchOptions.from_user(**plain), progress=False)  # the sweep's board shows every trial
+    options_given = LaunchOptions.from_user(**plain)
+    base = dataclasses.replace(options_given, progress=False)  # the sweep's board shows every trial
     info = detect(stack=base.stack)
     try:
         worlds = plan_worlds(info, plan.cores_per_trial)
@@ -65,7 +66,7 @@ def run_sweep(
     done_before = finished_trials(_resume_source(checkpoint, resume), plan.trials) if checkpoint is not None and resume else {}
     to_run = [trial for trial in plan.trials if trial.number not in done_before]
     options = {trial.number: _trial_options(base, trial, run_options) for trial in to_run}
-    board = SweepBoard(plan.trials, worlds, None if plan.metric is None else plan.metric.name, title, write)
+    board = SweepBoard(plan.trials, worlds, None if plan.metric is None else plan.metric.name, title, write, shown=options_given.progress)
     earlier = [
         TrialOutcome(trial, EARLIER, None, None, ({"step": None, **done_before[trial.number]},), None)
         for trial in plan.trials
