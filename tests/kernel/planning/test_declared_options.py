@@ -82,6 +82,7 @@ def test_every_run_option_reaches_launch_options(tmp_path: Path) -> None:
         "watchdog": "90",
         "stack": "torch_tpu",
         "mode": "eager",
+        "run_log": str(tmp_path / "runs"),
     }
     assert set(non_default) | {"resume"} == {option.name for option in OPTIONS if option.part == "run"}
     for name, value in non_default.items():
