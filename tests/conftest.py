@@ -5,12 +5,8 @@ from __future__ import annotations
 import importlib
 import os
 import signal
-import tempfile
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
-# Every run's record goes to a run log (tpu_nb/kernel/history/log.py), by default beside the notebook: here the tests'
-# runs, and the kernels and tutorials they start, log into a directory of their own, never into the checkout.
-os.environ.setdefault("TPU_NB_RUN_LOG", tempfile.mkdtemp(prefix="tpu_nb_run_log-"))
 
 from collections.abc import Iterator
 
@@ -81,6 +77,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in short:
         min(parts, key=len).append(item)
     items[:] = [item for part in parts for item in part]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def run_log_of_the_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every run's record goes to a run log (tpu_nb/kernel/history/log.py), by default beside the notebook: the tests'
+    runs, and the kernels and tutorials they start, log into a directory of each pytest process's own, never the checkout."""
+    previous = os.environ.get("TPU_NB_RUN_LOG")
+    os.environ["TPU_NB_RUN_LOG"] = str(tmp_path_factory.mktemp("run_log"))
+    yield
+    if previous is None:
+        os.environ.pop("TPU_NB_RUN_LOG", None)
+    else:
+        os.environ["TPU_NB_RUN_LOG"] = previous
 
 
 @pytest.fixture(scope="session", autouse=True)

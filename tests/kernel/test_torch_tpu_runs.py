@@ -333,3 +333,24 @@ def test_a_rank_whose_stack_cannot_start_says_why_like_an_error_in_the_cell(torc
         tpu_nb.launch(print, "never runs", progress=False, timeout=120)
     assert "ModuleNotFoundError: No module named 'torch_tpu_that_is_not_there'" in str(raised.value)
     assert wait_until(lambda: not descendants(os.getpid()), 10), descendants(os.getpid())
+
+
+def chips_of_the_world(trial: dict[str, Any]) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    placed = [None] * dist.get_world_size()
+    dist.all_gather_object(placed, (os.environ["RANK"], os.environ["TPU_VISIBLE_CHIPS"], os.environ["TORCH_TPU_TOPOLOGY"]))
+    return {"n": trial["n"], "world": dist.get_world_size(), "placed": placed}
+
+
+def test_a_sweep_on_torch_tpu_gives_each_trial_a_world_of_its_chips_with_a_rank_on_each(
+    torch_tpu: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = tpu_nb.launch(chips_of_the_world, trials="n=0,1,2", cores_per_trial=2, progress=False, timeout=300)
+    assert [outcome.status for outcome in result.trials] == ["done"] * 3
+    for value, outcome in zip(result.values, result.trials, strict=True):
+        assert value["world"] == 2  # a process group of the trial's two chips alone
+        chips = {"chips 0-1": ["0", "1"], "chips 2-3": ["2", "3"]}[outcome.where]
+        assert value["placed"] == [("0", chips[0], "1,2,1"), ("1", chips[1], "1,2,1")]  # rank N on its world's Nth chip
+    assert {outcome.where for outcome in result.trials} == {"chips 0-1", "chips 2-3"}
+    assert not descendants(os.getpid())

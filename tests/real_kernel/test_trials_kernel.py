@@ -11,10 +11,11 @@ from test_dashboard_kernel import TRAINER_SETUP
 
 
 @pytest.fixture(scope="module")
-def module_kernel() -> Iterator[Kernel]:
-    """The module's kernel sees four devices: four worlds of one."""
+def module_kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
+    """The module's kernel sees four devices (four worlds of one) and keeps a run log of its own."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("CPU_NUM_DEVICES", "4")
+        patch.setenv("TPU_NB_RUN_LOG", str(tmp_path_factory.mktemp("trials_run_log")))
         with started_kernel() as kernel:
             yield kernel
 

@@ -22,6 +22,7 @@ import pytest
 from support.platforms import MakeSystem
 
 from tpu_nb.kernel.run import local_run
+from tpu_nb.kernel.trials import sweep_start
 from tpu_nb.runtime import RuntimeInfo, detect
 from tpu_nb.workers import chip_ranks
 from tpu_nb.workers.chip_ranks import ChipStack
@@ -65,9 +66,12 @@ def install(monkeypatch: pytest.MonkeyPatch, make_system: MakeSystem) -> Runtime
     `forget_torch_xla_checks` when the test ends.
     """
     info = detect(make_system("cloud_tpu_vm_v4_8", packages=TORCH_TPU_PACKAGES))
-    monkeypatch.setattr(
-        local_run, "detect", lambda stack=None: detect(make_system("cloud_tpu_vm_v4_8", packages=TORCH_TPU_PACKAGES), stack)
-    )
+
+    def host(stack: str | None = None) -> RuntimeInfo:
+        return detect(make_system("cloud_tpu_vm_v4_8", packages=TORCH_TPU_PACKAGES), stack)
+
+    monkeypatch.setattr(local_run, "detect", host)
+    monkeypatch.setattr(sweep_start, "detect", host)  # a sweep plans its worlds on the same host
     monkeypatch.setattr(chip_ranks, "TORCH_TPU", STAND_IN)
     monkeypatch.setattr(local_run, "tpu_info_installed", lambda: False)  # no libtpu metrics here to read the chips' figures from
     # Imported first, as they are: modules that import torch_xla at import time when it is there must keep it,

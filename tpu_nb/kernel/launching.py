@@ -14,7 +14,7 @@ from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.run.background import BackgroundRun, start_in_background
 from tpu_nb.kernel.run.followed_run import RunObserver, run_in_foreground
 from tpu_nb.kernel.run.local_run import Run
-from tpu_nb.kernel.trials.starting import plan_sweep, run_sweep
+from tpu_nb.kernel.trials.sweep_start import plan_sweep, run_sweep
 from tpu_nb.wire.results import NotTransferable, RankResult
 from tpu_nb.workers.programs import FunctionProgram
 

@@ -39,8 +39,8 @@ from tpu_nb.kernel.run.followed_run import run_in_foreground
 from tpu_nb.kernel.run.local_run import Run
 from tpu_nb.kernel.tpu.release import TERM_GRACE, describe_release, release_tpu
 from tpu_nb.kernel.tpu.torch_tpu_guard import keep_torch_tpu_out, let_torch_tpu_back
-from tpu_nb.kernel.trials.results import SweepResult, hand_back_sweep
-from tpu_nb.kernel.trials.starting import plan_sweep, run_sweep
+from tpu_nb.kernel.trials.sweep_result import SweepResult, hand_back_sweep
+from tpu_nb.kernel.trials.sweep_start import plan_sweep, run_sweep
 from tpu_nb.runtime import RuntimePanel, SystemView, detect
 from tpu_nb.runtime.system import installed_version
 from tpu_nb.wire.run_directory import Cell

@@ -6,9 +6,9 @@ import pytest
 
 from tpu_nb.kernel.planning.worlds import World
 from tpu_nb.kernel.trials.board import SweepBoard
+from tpu_nb.kernel.trials.comparison import MetricChoice, TrialRow, compare
 from tpu_nb.kernel.trials.spec import parse_trials
 from tpu_nb.kernel.trials.sweep import TrialOutcome
-from tpu_nb.kernel.trials.table import MetricChoice, TrialRow, compare
 from tpu_nb.wire.events import Progress, WorkerStarted
 
 

@@ -20,9 +20,9 @@ from tpu_nb.kernel.planning.worlds import World
 from tpu_nb.kernel.progress.chart import Curve, overlay_chart
 from tpu_nb.kernel.progress.html_parts import phase_colour, pill
 from tpu_nb.kernel.progress.text import format_value
+from tpu_nb.kernel.trials.comparison import Comparison
 from tpu_nb.kernel.trials.spec import Trial
 from tpu_nb.kernel.trials.sweep import TrialOutcome, TrialWatch
-from tpu_nb.kernel.trials.table import Comparison
 from tpu_nb.wire.events import Event, Progress
 
 REDRAW_SECONDS = 1.0

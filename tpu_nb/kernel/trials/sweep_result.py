@@ -9,8 +9,8 @@ from typing import Any
 
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.returns import apply_returns, report_returns
+from tpu_nb.kernel.trials.comparison import Comparison
 from tpu_nb.kernel.trials.sweep import TrialOutcome
-from tpu_nb.kernel.trials.table import Comparison
 from tpu_nb.wire.results import ModuleWeights, NotTransferable, RankResult
 from tpu_nb.workers.programs import is_module
 

@@ -18,11 +18,11 @@ from tpu_nb.kernel.planning.declared_options import OPTION_NAMED
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.planning.worlds import WorldsUnavailable, plan_worlds
 from tpu_nb.kernel.trials.board import SweepBoard
-from tpu_nb.kernel.trials.record import FINISHED, finished_trials, record_trial, trial_directory
-from tpu_nb.kernel.trials.results import SweepResult
+from tpu_nb.kernel.trials.comparison import MetricChoice, MetricError, TrialRow, compare, default_metric
 from tpu_nb.kernel.trials.spec import Trial, TrialSpecError, parse_trials
 from tpu_nb.kernel.trials.sweep import Sweep, TrialOutcome, TrialWatch, Watches
-from tpu_nb.kernel.trials.table import MetricChoice, MetricError, TrialRow, compare, default_metric
+from tpu_nb.kernel.trials.sweep_record import FINISHED, finished_trials, record_trial, trial_directory
+from tpu_nb.kernel.trials.sweep_result import SweepResult
 from tpu_nb.runtime import detect
 from tpu_nb.wire.checkpoints import list_checkpoints
 from tpu_nb.workers.programs import Program

@@ -6,8 +6,8 @@ import statistics
 
 import pytest
 
+from tpu_nb.kernel.trials.comparison import MetricChoice, MetricError, TrialRow, compare, default_metric
 from tpu_nb.kernel.trials.spec import parse_trials
-from tpu_nb.kernel.trials.table import MetricChoice, MetricError, TrialRow, compare, default_metric
 
 
 def _rows(spec: str, finals: list[dict[str, float]], statuses: list[str] | None = None) -> list[TrialRow]:
