@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.tpu_nb-installed
 
-.PHONY: install demo test test-compat test-classic-notebook test-torch-tpu benchmark clean
+.PHONY: install demo test test-tutorials test-compat test-classic-notebook test-torch-tpu benchmark clean
 
 # Tests run side by side in this many pytest-xdist workers: many tests wait (on kernels starting, forked workers, sleeps
 # that stand for a TPU's long steps), so three keep a 2-core machine busier than two (make test: 14m04s, was 16m34s with
@@ -42,13 +42,21 @@ QUICKSTART_IN_BROWSER := $(if $(wildcard /usr/lib/chromium/chromium),--deselect 
 # The files go to __pycache__ (.gitignore), as a user's own runs write them.
 TEST_ENV := PJRT_DEVICE=CPU PYTHONDONTWRITEBYTECODE=
 
+# The tutorials, executed whole (tests/notebooks: each notebook in a real kernel; the quick start in JupyterLab), are
+# `make test-tutorials`: a third of the suite's CPU time (400 of 1,240 CPU-seconds measured), in eight tests of 40-160 s.
+# `make test` is everything else, under 10 minutes; CI (.ci/run) runs both.
+TUTORIALS := tests/notebooks tests/browser/test_jupyterlab.py
+
 # Lint, types and the import contract between the rooms (setup.cfg) first: seconds.
 test: install
 	$(BIN)/ruff check tpu_nb tests scripts benchmarks
 	$(BIN)/ruff format --check tpu_nb tests scripts benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) $(QUICKSTART_IN_BROWSER)
+	$(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) $(TUTORIALS:%=--ignore=%)
+
+test-tutorials: install
+	$(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) $(TUTORIALS) $(QUICKSTART_IN_BROWSER)
 
 # Colab's and Kaggle's TPU images (compat/*-tpu.txt): each gets a venv with
 # the image's packages, tpu_nb installed as users install it (pip must change
