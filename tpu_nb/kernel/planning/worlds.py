@@ -35,7 +35,7 @@ from types import MappingProxyType
 
 from tpu_nb.runtime import RuntimeInfo
 from tpu_nb.wire.environment import WorkerEnvironment
-from tpu_nb.workers.chip_ranks import TOPOLOGIES
+from tpu_nb.workers.chip_ranks import INHERITED_PLACEMENT, TOPOLOGIES
 
 WORLD_PORTS_FROM = 8476
 """torch_xla's first TPU process port; world N takes the port N after it."""
@@ -46,19 +46,8 @@ CHIP_SHAPES: Mapping[int, str] = MappingProxyType({1: "1,1,1", 2: "1,2,1", 4: "2
 """Chips in a world -> TPU_CHIPS_PER_PROCESS_BOUNDS."""
 
 # Set for the notebook's process by a platform (Kaggle, Colab) or a launcher: a world inheriting them would be
-# placed where they say, not where its world is.
-REPLACED = (
-    "TPU_VISIBLE_DEVICES",
-    "TPU_VISIBLE_CHIPS",
-    "TPU_PROCESS_BOUNDS",
-    "TPU_CHIPS_PER_PROCESS_BOUNDS",
-    "TPU_PROCESS_PORT",
-    "TPU_PROCESS_ADDRESSES",
-    "TPU_MESH_CONTROLLER_PORT",
-    "TPU_MESH_CONTROLLER_ADDRESS",
-    "CLOUD_TPU_TASK_ID",
-    "CPU_NUM_DEVICES",
-)
+# placed where they say, not where its world is (the placement a TorchTPU rank drops too, and libtpu's port).
+REPLACED = (*INHERITED_PLACEMENT, "TPU_MESH_CONTROLLER_PORT", "TPU_MESH_CONTROLLER_ADDRESS", "CPU_NUM_DEVICES")
 
 
 class WorldsUnavailable(ValueError):
