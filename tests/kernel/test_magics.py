@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -34,6 +35,7 @@ def test_unload_removes_the_magics(ip: InteractiveShell) -> None:
     ip.run_line_magic("unload_ext", "tpu_nb")
     assert "tpu_train" not in ip.magics_manager.magics["cell"]
     assert "tpu_info" not in ip.magics_manager.magics["line"]
+    assert "tpu_runs" not in ip.magics_manager.magics["line"]
     ip.run_line_magic("load_ext", "tpu_nb")
 
 
@@ -131,6 +133,11 @@ def test_a_value_that_cannot_come_back_is_shown_as_text(ip: InteractiveShell) ->
         ("--timeout -5", "timeout=-5.0: give a positive number"),
         ("--stop-grace 0", "stop_grace=0.0: give a positive number of seconds"),
         ("--background --name 1st", "--name 1st: give a Python identifier"),
+        ("--cores-per-trial 2 --return-best model", "--cores-per-trial, --return-best: for a sweep; add --trials SPEC"),
+        ("--trials folds=3 --background", "--trials with --background: a sweep runs in the foreground"),
+        ("--trials 'lr=1 lr=2'", "lr is given twice"),
+        ("--trials folds=3 --trials-metric acc:best", "--trials-metric 'acc:best'"),
+        ("--trials missing_grid", "'missing_grid' is not NAME=VALUE"),
     ],
 )
 def test_bad_options_are_usage_errors_that_start_nothing(ip: InteractiveShell, line: str, message: str) -> None:
@@ -170,3 +177,17 @@ def test_no_doctor_turns_the_findings_off(ip: InteractiveShell, options: str, di
     result, captured = run(ip, SYNCING_LOOP.replace("OPTIONS", options))
     assert result.success, captured.stderr
     assert ("XLA doctor: Host syncs" in captured.stderr) is diagnosed
+
+
+def test_tpu_runs_lists_the_logged_runs_and_says_which_numbers_exist(ip: InteractiveShell, tmp_path: Path) -> None:
+    result, _ = run(ip, f"%%tpu_train --run-log {tmp_path} --cores 1\nreport(step=0, loss=3.0)\nreport(step=1, loss=2.0)\n")
+    assert result.success
+    with capture_output() as shown:
+        ip.run_line_magic("tpu_runs", f"--log {tmp_path}")
+    [table] = shown.outputs
+    assert table.data["text/plain"].startswith("#1 %%tpu_train") and "loss=2" in table.data["text/plain"]
+    assert "<img" in table.data["text/html"]
+    with pytest.raises(UsageError, match=r"has no run 4 \(its runs: 1 to 1\)"):
+        ip.run_line_magic("tpu_runs", f"4 --log {tmp_path}")
+    with pytest.raises(UsageError, match="--last 0"):
+        ip.run_line_magic("tpu_runs", f"--last 0 --log {tmp_path}")
