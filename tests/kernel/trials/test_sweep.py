@@ -167,3 +167,18 @@ def test_a_resumed_sweep_reruns_only_unfinished_trials_each_from_its_own_checkpo
     assert value["start"] > 0  # resumed from its checkpoint, not from the start
     alone = tpu_nb.launch(checkpointed, str(marks), {"n": 2, "lr": 0.2}, cores=1)  # uninterrupted
     assert torch.equal(value["weights"], alone["weights"])
+
+
+def loop_forever(trial: dict[str, Any]) -> None:
+    step = 0
+    while True:
+        step += 1
+        time.sleep(0.05)
+        tpu_nb.report(step=step, loss=1.0)
+
+
+def test_once_the_deadline_stops_a_trial_no_queued_trial_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    result = tpu_nb.launch(loop_forever, trials="n=0,1,2", cores_per_trial=4, deadline="6s")  # one world: a queue
+    assert [outcome.status for outcome in result.trials] == ["stopped", "not started", "not started"]
+    assert result.trials[0].ending is not None and "stopped by its deadline" in (result.trials[0].ending.text or "")
+    assert "its deadline came: 2 queued trial(s) not started (--resume runs them later)" in capsys.readouterr().err

@@ -76,6 +76,11 @@ class FollowedRun(ABC):
         return self._ended
 
     @property
+    def stopped_by_deadline(self) -> bool:
+        """The run's deadline asked it to stop (a sweep then starts no more trials)."""
+        return self._stopped_by == "its deadline"
+
+    @property
     def stopping(self) -> bool:
         """A graceful stop was asked for."""
         return self._stop_requested_at is not None

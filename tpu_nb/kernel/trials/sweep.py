@@ -129,6 +129,7 @@ class Sweep:
         self._watch = watch or TrialWatch()
         self._write = write
         self._stopping = False
+        self._deadline_came = False  # a trial was stopped by the deadline they share: no queued one starts
         self._label = sweep_label(title)
 
     def run(self) -> tuple[TrialOutcome, ...]:
@@ -141,6 +142,8 @@ class Sweep:
         try:
             with interrupts_counted() as interrupts:
                 while queue or active:
+                    if queue and self._deadline_came:
+                        self._drop(queue, outcomes, "its deadline came")
                     while queue and free and not self._stopping:
                         trial, world = queue.pop(0), free.pop(0)
                         started = self._start(trial, world, first=not outcomes and not active)
@@ -190,6 +193,7 @@ class Sweep:
             ending = entry.run.finish()
         finally:
             entry.run.close()
+        self._deadline_came = self._deadline_came or entry.run.stopped_by_deadline
         outcome = TrialOutcome(
             entry.trial, ending.status, entry.world.label, ending, tuple(entry.metrics.rows), time.monotonic() - entry.started
         )
@@ -198,14 +202,20 @@ class Sweep:
         self._watch.ended(outcome)
         return outcome
 
+    def _drop(self, queue: list[Trial], outcomes: dict[int, TrialOutcome], why: str | None) -> None:
+        """The queued trials will not start (an interrupt, or `why`)."""
+        if why is not None:
+            self._write("stderr", f"tpu_nb: {why}: {len(queue)} queued trial(s) not started (--resume runs them later).\n")
+        for trial in queue:
+            outcomes[trial.number] = TrialOutcome(trial, NOT_STARTED, None, None, (), None)
+            self._watch.ended(outcomes[trial.number])
+        queue.clear()
+
     def _interrupt(self, active: list[_Active], queue: list[Trial], outcomes: dict[int, TrialOutcome]) -> None:
         """First interrupt: every running trial stops at its next step boundary, no queued one starts. Second: all end now."""
         if not self._stopping:
             self._stopping = True
-            for trial in queue:
-                outcomes[trial.number] = TrialOutcome(trial, NOT_STARTED, None, None, (), None)
-                self._watch.ended(outcomes[trial.number])
-            queue.clear()
+            self._drop(queue, outcomes, None)
             for entry in active:
                 entry.run.request_stop()
             self._write(
