@@ -182,3 +182,11 @@ def test_once_the_deadline_stops_a_trial_no_queued_trial_starts(capsys: pytest.C
     assert [outcome.status for outcome in result.trials] == ["stopped", "not started", "not started"]
     assert result.trials[0].ending is not None and "stopped by its deadline" in (result.trials[0].ending.text or "")
     assert "its deadline came: 2 queued trial(s) not started (--resume runs them later)" in capsys.readouterr().err
+
+
+def test_checkpoint_options_without_a_directory_are_refused_before_any_trial_starts() -> None:
+    with pytest.raises(LaunchRefused, match="--every needs --checkpoint DIR"):
+        tpu_nb.launch(timed_fold, trials="folds=2", every="5steps")
+    with pytest.raises(LaunchRefused, match="--resume needs --checkpoint DIR"):
+        tpu_nb.launch(timed_fold, trials="folds=2", resume=True)
+    assert not descendants(os.getpid())

@@ -61,11 +61,14 @@ def run_sweep(
         worlds = plan_worlds(info, plan.cores_per_trial)
     except WorldsUnavailable as error:
         raise refused(str(error)) from None
-    checkpoint = run_options.get("checkpoint")
-    resume = run_options.get("resume")
+    saving = {name: run_options.get(name, OPTION_NAMED[name].default) for name in CHECKPOINT_OPTIONS}
+    resume = saving["resume"]
+    checkpoint = saving["checkpoint"] or (resume if isinstance(resume, str) and resume else None)  # --resume DIR continues there
+    if checkpoint is None:
+        plan_checkpoints(None, saving["every"], saving["keep"], resume, saving["budget"])  # refuses what needs --checkpoint
     done_before = finished_trials(_resume_source(checkpoint, resume), plan.trials) if checkpoint is not None and resume else {}
     to_run = [trial for trial in plan.trials if trial.number not in done_before]
-    options = {trial.number: _trial_options(base, trial, run_options) for trial in to_run}
+    options = {trial.number: _trial_options(base, trial, checkpoint, saving) for trial in to_run}
     board = SweepBoard(plan.trials, worlds, None if plan.metric is None else plan.metric.name, title, write, shown=options_given.progress)
     earlier = [
         TrialOutcome(trial, EARLIER, None, None, ({"step": None, **done_before[trial.number]},), None)
@@ -86,21 +89,17 @@ def run_sweep(
     return SweepResult(outcomes, comparison)
 
 
-def _trial_options(base: LaunchOptions, trial: Trial, given: Mapping[str, Any]) -> LaunchOptions:
-    """A trial's options: the sweep's, with checkpoints (and a resume) in its own directory under `--checkpoint`."""
-    checkpoint = given.get("checkpoint")
+def _trial_options(base: LaunchOptions, trial: Trial, checkpoint: str | None, saving: Mapping[str, Any]) -> LaunchOptions:
+    """A trial's options: the sweep's, with checkpoints (and a resume) in its own directory under `checkpoint`."""
     if checkpoint is None:
         return base
-    resume = given.get("resume")
+    resume = saving["resume"]
     source = _resume_source(checkpoint, resume)
-    own = trial_directory(checkpoint, trial)
     # A trial the earlier run never checkpointed starts afresh; one that did resumes from its own newest.
     resume_from: str | bool | None = None
     if resume and _has_checkpoints(trial_directory(source, trial)):
         resume_from = trial_directory(source, trial) if source != checkpoint else True
-    defaults = {name: OPTION_NAMED[name].default for name in CHECKPOINT_OPTIONS}
-    values = {**defaults, **{name: given[name] for name in CHECKPOINT_OPTIONS if name in given}}
-    plan = plan_checkpoints(own, values["every"], values["keep"], resume_from, values["budget"])
+    plan = plan_checkpoints(trial_directory(checkpoint, trial), saving["every"], saving["keep"], resume_from, saving["budget"])
     return dataclasses.replace(base, checkpoints=plan)
 
 
