@@ -101,7 +101,7 @@ class SweepBoard(TrialWatch):
                 f"tpu_nb: trial #{outcome.trial.number} ({outcome.trial.label}) {outcome.status}{where}: {shown or 'no metrics'}\n",
             )
 
-    def refresh(self, stopping: bool) -> None:
+    def refresh(self) -> None:
         if self._handle is None or not self._changed or time.monotonic() - self._drawn_at < REDRAW_SECONDS:
             return
         self._draw()

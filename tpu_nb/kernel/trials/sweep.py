@@ -63,7 +63,7 @@ class TrialWatch:
     def started(self, trial: Trial, world: World) -> None: ...
     def on_event(self, trial: Trial, event: Event) -> None: ...
     def ended(self, outcome: TrialOutcome) -> None: ...
-    def refresh(self, stopping: bool) -> None: ...
+    def refresh(self) -> None: ...
 
 
 class Watches(TrialWatch):
@@ -84,9 +84,9 @@ class Watches(TrialWatch):
         for watch in self._watches:
             watch.ended(outcome)
 
-    def refresh(self, stopping: bool) -> None:
+    def refresh(self) -> None:
         for watch in self._watches:
-            watch.refresh(stopping)
+            watch.refresh()
 
 
 @dataclass
@@ -165,7 +165,7 @@ class Sweep:
                             free.sort(key=lambda world: world.index)
                         for _ in range(interrupted):
                             self._interrupt(active, queue, outcomes)
-                    self._watch.refresh(self._stopping)
+                    self._watch.refresh()
         finally:
             for entry in active:
                 entry.run.close()  # ends what is still running (an error in tpu_nb itself)
