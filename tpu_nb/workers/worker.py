@@ -25,7 +25,6 @@ from tpu_nb.workers.chip_ranks import ChipRun, start_rank
 from tpu_nb.workers.device_readings import DeviceReads
 from tpu_nb.workers.doctor.probe import WorkerDoctor, analyse_compilations, start_compile_cache
 from tpu_nb.workers.doctor.torch_tpu_doctor import TRACE_DIRECTORY, TorchTpuDoctor
-from tpu_nb.workers.hub_kernels import keep_hub_kernels_off_xla
 from tpu_nb.workers.printed_output import capture_output, flush_output, thread_rank
 from tpu_nb.workers.programs import Program, WorkerContext
 from tpu_nb.workers.read_back import materialise_pending
@@ -33,6 +32,7 @@ from tpu_nb.workers.stalls.stack_dumps import arm_stack_dumps
 from tpu_nb.workers.stalls.watchdog import StepWatchdog
 from tpu_nb.workers.tracebacks import format_user_traceback
 from tpu_nb.workers.trainer.hook import watch_for_trainer
+from tpu_nb.workers.xla_mends import mend_libraries_for_xla
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +157,8 @@ def _finish_checkpoints(reporter: reporting.WorkerReporter) -> None:
 
 
 def _prepare_process(payload: WorkerPayload, reporter: reporting.WorkerReporter, context: WorkerContext) -> None:
-    """Once per process, before the user's code computes anything: stack dumps, the watchdog, hub kernels off XLA, the
-    compilation cache, the XLA doctor."""
+    """Once per process, before the user's code computes anything: stack dumps, the watchdog, other libraries mended
+    for XLA (xla_mends), the compilation cache, the XLA doctor."""
     global _doctor_started
     with _setup_lock:
         if _doctor_started:  # TPU v2/v3: another device thread of this process got here first
@@ -176,7 +176,7 @@ def _prepare_process(payload: WorkerPayload, reporter: reporting.WorkerReporter,
                 trace = os.environ.get("TORCH_TRACE")  # set by start_rank in fused mode, or by the user
                 reporter.doctor = TorchTpuDoctor(context.rank, stack.read_compiles, Path(trace) if trace else None)
             return  # the XLA compilation cache and doctor are torch_xla's
-        keep_hub_kernels_off_xla()
+        mend_libraries_for_xla()
         cache_on = False
         if payload.compile_cache is not None:
             note = start_compile_cache(payload.compile_cache, context.rank)

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import shutil
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from tpu_nb.wire.checkpoints import Every
@@ -26,6 +22,8 @@ from tpu_nb.wire.locations import is_remote
 from tpu_nb.workers import reporting
 from tpu_nb.workers.checkpoints import xla_seed
 from tpu_nb.workers.checkpoints.files import TRAINER_STATE, local_copy, remove_copy, trainer_directory
+from tpu_nb.workers.import_hooks import when_imported
+from tpu_nb.workers.trainer.trl_defaults import mend_trl_trainer, watch_for_trl
 
 _TRAINER_MODULE = "transformers.trainer"
 # transformers 5 defaults to the fused AdamW on torch >= 2.8, which fails on
@@ -36,44 +34,15 @@ XLA_SAFE_OPTIM = "adamw_torch"
 
 
 def watch_for_trainer(spmd: bool = False, xla: bool = True) -> None:
-    """Patch `transformers.Trainer` now if it is imported, else as soon as it is.
+    """Patch `transformers.Trainer` now if it is imported, else as soon as it is (TRL's trainers are Trainers too).
 
     With `spmd`, a Trainer whose arguments set no FSDP trains with FSDPv2
     over the mesh's "fsdp" axis. Without `xla` (TorchTPU's workers), only
     progress, checkpoints and resuming are tpu_nb's: no XLA defaults.
     """
-    module = sys.modules.get(_TRAINER_MODULE)
-    if module is not None:
-        _patch(module, spmd, xla)
-    else:
-        sys.meta_path.insert(0, _PatchOnImport(spmd, xla))
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Patches `transformers.trainer` right after a cell imports it."""
-
-    def __init__(self, spmd: bool, xla: bool) -> None:
-        self.spmd = spmd
-        self.xla = xla
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != _TRAINER_MODULE:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        original_exec = loader.exec_module
-
-        spmd, xla = self.spmd, self.xla
-
-        def exec_module(module: ModuleType) -> None:
-            original_exec(module)
-            _patch(module, spmd, xla)
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+    when_imported(_TRAINER_MODULE, lambda module: _patch(module, spmd, xla))
+    if xla:
+        watch_for_trl()
 
 
 def _patch(module: Any, spmd: bool, xla: bool) -> None:
@@ -105,7 +74,19 @@ def _patch(module: Any, spmd: bool, xla: bool) -> None:
     if xla:
         _keep_the_seed_through_saves(trainer_class)
         _mend_xla_fsdp(module)
+        _mend_trl_at_train(trainer_class)
     trainer_class._tpu_nb_patched = True
+
+
+def _mend_trl_at_train(trainer_class: Any) -> None:
+    """A TRL trainer is mended when it starts training: its `__init__` sets up what is mended after `Trainer.__init__`."""
+    original_train = trainer_class.train
+
+    def train(self: Any, *args: Any, **kwargs: Any) -> Any:
+        mend_trl_trainer(self)
+        return original_train(self, *args, **kwargs)
+
+    trainer_class.train = train
 
 
 def _keep_the_seed_through_saves(trainer_class: Any) -> None:

@@ -11,7 +11,7 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification
 
 import tpu_nb
-from tpu_nb.workers.hub_kernels import HUB_KERNELS_SWITCH
+from tpu_nb.workers.xla_mends.hub_kernels import HUB_KERNELS_SWITCH
 
 
 @pytest.fixture
