@@ -86,6 +86,9 @@ class ModuleWeights:
     """A trained module's state dict (on CPU), to load into the notebook's module in place."""
 
     state_dict: dict[str, Any]
+    adapters: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
+    """PEFT adapters the worker added to the module in place (name -> its config as a JSON-able dict), which the
+    notebook's copy lacks until the kernel adds them: e.g. SFTTrainer(..., peft_config=...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +172,7 @@ def to_cpu(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.cpu() if value.device.type != "cpu" else value
     if isinstance(value, ModuleWeights):
-        return ModuleWeights(to_cpu(value.state_dict))
+        return ModuleWeights(to_cpu(value.state_dict), value.adapters)
     # Plain containers only: rebuilding a user's own container type could fail.
     if type(value) in (dict, OrderedDict):
         return type(value)((key, to_cpu(item)) for key, item in value.items())
@@ -211,7 +214,15 @@ def _save_part(key: str, value: Any, places: ResultPlaces, file_name: str) -> di
             continue
         os.replace(partial, path)
         in_run_dir = place == places.run_dir
-        return {"key": key, "kind": "weights" if weights else "pickle", "file": file_name if in_run_dir else str(path), "bytes": size}
+        entry: dict[str, Any] = {
+            "key": key,
+            "kind": "weights" if weights else "pickle",
+            "file": file_name if in_run_dir else str(path),
+            "bytes": size,
+        }
+        if weights and value.adapters:
+            entry["adapters"] = {name: dict(config) for name, config in value.adapters.items()}  # JSON, like the index
+        return entry
     return {"key": key, "kind": "lost", "bytes": size, "tried": list(tried.values())}
 
 
@@ -300,7 +311,7 @@ def _load_part(directory: Path, part: dict[str, Any], pickled: bool) -> Any:
         loaded = torch.load(path, map_location="cpu", weights_only=kind == "weights")
     except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError, MemoryError) as error:
         raise ResultNotLoaded(path, error) from None
-    return ModuleWeights(loaded) if kind == "weights" else loaded
+    return ModuleWeights(loaded, MappingProxyType(part.get("adapters", {}))) if kind == "weights" else loaded
 
 
 def _part_path(directory: Path, part: dict[str, Any]) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -118,9 +119,24 @@ def is_module(value: Any) -> bool:
 
 
 def module_weights(module: Any) -> ModuleWeights:
-    """The module's full weights on the CPU (a sharded tensor's `.cpu()` gathers its shards)."""
+    """The module's full weights on the CPU (a sharded tensor's `.cpu()` gathers its shards), and the PEFT adapters
+    added to it in place, if any (a TRL trainer given `peft_config` adds them to the model it was handed)."""
     materialise_pending()
-    return ModuleWeights({unwrapped_key(key): tensor.cpu() for key, tensor in module.state_dict().items()})
+    weights = {unwrapped_key(key): tensor.cpu() for key, tensor in module.state_dict().items()}
+    return ModuleWeights(weights, MappingProxyType(peft_adapters(module)))
+
+
+def peft_adapters(module: Any) -> dict[str, dict[str, Any]]:
+    """The configs of the PEFT adapters in `module`, by adapter name, as JSON-able dicts (none for a plain module)."""
+    configs = getattr(module, "peft_config", None)
+    if not isinstance(configs, dict):
+        return {}
+    return {name: json.loads(json.dumps(config.to_dict(), default=_json_value)) for name, config in configs.items()}
+
+
+def _json_value(value: Any) -> Any:
+    """What JSON cannot hold in a PEFT config: sets (target_modules) as sorted lists, anything else as text."""
+    return sorted(value) if isinstance(value, set | frozenset) else str(value)
 
 
 def uses_trainer(program: Program) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 
 from tpu_nb.kernel.endings.notebook_errors import NotReturned
 from tpu_nb.kernel.endings.run_ending import Ending
+from tpu_nb.kernel.notebook.adapters import adapters_to_add, add_adapters
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.wire.results import ModuleWeights, NotTransferable, RankResult
 from tpu_nb.workers.programs import is_module
@@ -44,6 +45,8 @@ class AppliedReturns:
     not_transferable: tuple[str, ...]
     lost: tuple[str, ...] = ()
     """What no place could hold (the value or names), explained with the sizes and the fix."""
+    adapted: tuple[tuple[str, str], ...] = ()
+    """(name, the adapters added to it): modules the worker had given PEFT adapters, which the notebook's copy got too."""
 
 
 _UNBOUND = object()
@@ -60,13 +63,16 @@ def apply_returns(result: RankResult, namespace: dict[str, Any], unless_rebound:
     With `unless_rebound` (the `bindings` at launch), a name the user has
     bound to something else since is kept as it is and listed in `kept`.
     """
-    updated, assigned, kept, not_transferable = [], [], [], []
+    updated, assigned, kept, not_transferable, adapted = [], [], [], [], []
     for name, value in result.returned.items():
         if isinstance(value, NotTransferable):
             not_transferable.append(f"{name} ({value.reason})")
         elif unless_rebound is not None and namespace.get(name, _UNBOUND) is not unless_rebound.get(name, _UNBOUND):
             kept.append(name)
         elif isinstance(value, ModuleWeights) and is_module(namespace.get(name)):
+            added = adapters_to_add(namespace[name], value.adapters)
+            if added:
+                adapted.append((name, add_adapters(namespace[name], added)))
             namespace[name].load_state_dict(value.state_dict)
             updated.append(name)
         else:
@@ -80,11 +86,19 @@ def apply_returns(result: RankResult, namespace: dict[str, Any], unless_rebound:
         missing=result.missing,
         not_transferable=tuple(not_transferable),
         lost=tuple(lost.explain() for lost in result.lost),
+        adapted=tuple(adapted),
     )
 
 
 def report_returns(applied: AppliedReturns, write: Write) -> NotReturned | None:
     """Say what came back; a missing, unpicklable or lost `--return` name (or value) is a usage error (returned, to raise)."""
+    for name, adapters in applied.adapted:
+        write(
+            "stdout",
+            f"tpu_nb: the run added adapters to `{name}` in place: {adapters}. Your `{name}` has them too now, with their "
+            f"trained weights (merge them with peft's merge_and_unload, or load the adapter the Trainer saved with "
+            f"PeftModel.from_pretrained(base_model, output_dir)).\n",
+        )
     for name in applied.updated_in_place:
         write("stdout", f"tpu_nb: updated `{name}` in place with rank 0's trained weights.\n")
     problems = [f"--return {name}: the cell did not define `{name}` on rank 0." for name in applied.missing]

@@ -7,12 +7,9 @@ kernel: the notebook's own transformers is left as it is.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import os
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +20,7 @@ from tpu_nb.workers import reporting
 from tpu_nb.workers.checkpoints import xla_seed
 from tpu_nb.workers.checkpoints.files import TRAINER_STATE, local_copy, remove_copy, trainer_directory
 from tpu_nb.workers.import_hooks import when_imported
+from tpu_nb.workers.trainer.fsdp_v2 import mend_xla_fsdp, with_fsdp_v2
 from tpu_nb.workers.trainer.trl_defaults import mend_trl_trainer, watch_for_trl
 
 _TRAINER_MODULE = "transformers.trainer"
@@ -73,7 +71,7 @@ def _patch(module: Any, spmd: bool, xla: bool) -> None:
     _checkpoints_where_asked(trainer_class)
     if xla:
         _keep_the_seed_through_saves(trainer_class)
-        _mend_xla_fsdp(module)
+        mend_xla_fsdp(module)
         _mend_trl_at_train(trainer_class)
     trainer_class._tpu_nb_patched = True
 
@@ -310,7 +308,7 @@ def _prepared(training_args: Any, model: Any, spmd: bool) -> Any:
     training_args = _made(training_args)
     _make_xla_safe(training_args)
     if spmd and not training_args.fsdp:
-        training_args = _with_fsdp_v2(training_args, model)
+        training_args = with_fsdp_v2(training_args, model)
     return training_args
 
 
@@ -378,87 +376,6 @@ def save_schedule(
         f"Trainer: load_best_model_at_end compares checkpoints saved at its evaluations: it saves as its arguments say "
         f"({own}), not every {every}{choose}",
     )
-
-
-def _with_fsdp_v2(training_args: Any, model: Any) -> Any:
-    """FSDPv2 over the global mesh's "fsdp" axis, wrapping the model's own layer classes."""
-    layers = list(getattr(model, "_no_split_modules", None) or [])
-    config: dict[str, Any] = {"xla": True, "xla_fsdp_v2": True}
-    if layers:
-        config["transformer_layer_cls_to_wrap"] = layers
-    _notice(
-        f"Trainer under --spmd: FSDPv2, parameters sharded along the mesh's fsdp axis, wrapping "
-        f"{', '.join(layers) if layers else 'the whole model'}. Set fsdp and fsdp_config yourself to choose."
-    )
-    return dataclasses.replace(training_args, fsdp=True, fsdp_config=config)
-
-
-def _mend_xla_fsdp(module: Any) -> None:
-    """Two transformers bugs with XLA FSDP, mended in the worker (found on 5.15 and 5.24).
-
-    - For XLA FSDP the Trainer delays creating the optimizer until the model
-      is wrapped, then never creates it because the wrapped model is not
-      `self.model` (`create_scheduler` fails: 'NoneType' object has no
-      attribute 'param_groups'). Create it over the wrapped model.
-    - `save_model` saves an FSDPv2-wrapped model's state dict with the
-      wrappers' `_orig_module.` in every key, so `from_pretrained` loads none
-      of it (and PEFT saves an empty adapter). Save the full weights (the
-      shards gathered) under their own names.
-    """
-    trainer_class = module.Trainer
-    original_wrap = trainer_class._wrap_model
-
-    def _wrap_model(self: Any, model: Any, training: bool = True, dataloader: Any = None) -> Any:
-        wrapped = original_wrap(self, model, training, dataloader)
-        if training and self.is_fsdp_xla_enabled and self.optimizer is None:
-            self.create_optimizer(wrapped)
-        return wrapped
-
-    trainer_class._wrap_model = _wrap_model
-    original_save = module.save_tpu_checkpoint
-
-    def save_tpu_checkpoint(model: Any, args: Any, accelerator: Any, processing_class: Any, *rest: Any, **options: Any) -> None:
-        if type(model).__name__ != "SpmdFullyShardedDataParallel":
-            original_save(model, args, accelerator, processing_class, *rest, **options)
-            return
-        output_dir = options.get("output_dir") or (rest[1] if len(rest) > 1 else None) or args.output_dir
-        _save_full_weights(model, args, processing_class, output_dir)
-
-    module.save_tpu_checkpoint = save_tpu_checkpoint
-
-
-def _save_full_weights(model: Any, args: Any, processing_class: Any, output_dir: str) -> None:
-    import torch
-    import torch_xla
-
-    torch_xla.sync()
-    inner = model.module
-    with _layers_unwrapped(inner):
-        # Under its own names (what from_pretrained and PEFT's adapter saving
-        # look for); .cpu() gathers each tensor's shards.
-        state = {key: tensor.cpu() for key, tensor in inner.state_dict().items()}
-        os.makedirs(output_dir, exist_ok=True)
-        torch.save(args, os.path.join(output_dir, "training_args.bin"))
-        # save_pretrained empties the dict it is given: hand it a copy.
-        inner.save_pretrained(output_dir, state_dict=dict(state))
-    if processing_class is not None:
-        processing_class.save_pretrained(output_dir)
-
-
-@contextlib.contextmanager
-def _layers_unwrapped(root: Any) -> Iterator[None]:
-    """Put FSDPv2's layer wrappers aside for a moment, so every module has its own name again."""
-    swapped = []
-    for parent in list(root.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child).__name__ == "SpmdFullyShardedDataParallel":
-                setattr(parent, name, child._orig_module)
-                swapped.append((parent, name, child))
-    try:
-        yield
-    finally:
-        for parent, name, child in reversed(swapped):
-            setattr(parent, name, child)
 
 
 def _notice(text: str) -> None:
