@@ -191,3 +191,33 @@ def test_tpu_runs_lists_the_logged_runs_and_says_which_numbers_exist(ip: Interac
         ip.run_line_magic("tpu_runs", f"4 --log {tmp_path}")
     with pytest.raises(UsageError, match="--last 0"):
         ip.run_line_magic("tpu_runs", f"--last 0 --log {tmp_path}")
+
+
+def test_tpu_runs_lists_the_good_records_of_a_damaged_log_and_says_how_many_lines_it_passed_over(
+    ip: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_fields = '"started": 1700000000.0, "seconds": 5.0, "status": "done"'
+    (tmp_path / "runs.jsonl").write_bytes(
+        f'{{"number": 1, "title": "first", {run_fields}, "final": {{"loss": 0.5}}, "curves": {{"loss": [[0, 1.0], [1, 0.5]]}}}}\n'.encode()
+        + b'["a list", "not a record"]\n'
+        + f'{{"number": 2, "title": "curves not a dict", {run_fields}, "curves": [[0, 1.0]]}}\n'.encode()
+        + f'{{"number": 3, "title": "a string metric", {run_fields}, "final": {{"loss": "low"}}}}\n'.encode()
+        + b"\xff\xfe{ damaged bytes\n"
+        + b'{"number": 1e999, "title": "x"}\n'
+        + b'{"number": 4, "title": "cut sh'  # the disk filled
+    )
+    with capture_output() as shown:
+        ip.run_line_magic("tpu_runs", f"1 2 3 --log {tmp_path}")
+    [table] = shown.outputs
+    listed = table.data["text/plain"].splitlines()
+    assert [line.split("  ")[0] for line in listed] == ["#1 first", "#2 curves not a dict", "#3 a string metric"]
+    assert "loss=0.5" in listed[0] and "<img" in table.data["text/html"]
+    assert f"tpu_nb: {tmp_path / 'runs.jsonl'}: passed over 4 lines (no run's record" in shown.stderr
+    assert "and 2 values in the records" in shown.stderr
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("tpu_nb.kernel.history.log.open", refused, raising=False)  # the OS refusing the file
+    with pytest.raises(UsageError, match=r"runs.jsonl cannot be read \(\[Errno 13\] Permission denied\); name another log"):
+        ip.run_line_magic("tpu_runs", f"--log {tmp_path}")

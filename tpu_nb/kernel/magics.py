@@ -21,8 +21,8 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from tpu_nb.kernel.endings.run_ending import Ending
-from tpu_nb.kernel.history.log import log_directory, read_log, records_named
-from tpu_nb.kernel.history.view import runs_chart, runs_html, runs_text
+from tpu_nb.kernel.history.log import LOG_FILE, log_directory, read_log, records_named
+from tpu_nb.kernel.history.view import passed_over_text, runs_chart, runs_html, runs_text
 from tpu_nb.kernel.notebook.cell_output import write_to_sys
 from tpu_nb.kernel.notebook.cell_source import cache_as_written, running_cell_number
 from tpu_nb.kernel.notebook.returns import hand_back, hand_back_later
@@ -124,7 +124,11 @@ class TpuMagics(Magics):
         directory = log_directory(args.log)
         if directory is None:
             raise UsageError("%tpu_runs: the run log is off (TPU_NB_RUN_LOG=off); name its directory with --log DIR.")
-        records = read_log(directory)
+        try:
+            log = read_log(directory)
+        except OSError as error:
+            raise UsageError(f"%tpu_runs: {directory / LOG_FILE} cannot be read ({error}); name another log with --log DIR.") from None
+        records = log.records
         try:
             overlaid = records_named(records, args.numbers) if args.numbers else records[-5:]
         except KeyError as error:
@@ -133,6 +137,9 @@ class TpuMagics(Magics):
         listed = records[-args.last :]
         chart = runs_chart(overlaid, args.metric)
         display({"text/plain": runs_text(listed, args.metric), "text/html": runs_html(listed, args.metric, chart)}, raw=True)
+        damage = passed_over_text(log, str(directory / LOG_FILE))
+        if damage is not None:
+            write_to_sys("stderr", damage + "\n")
 
     @magic_arguments()
     @line_magic

@@ -1,9 +1,10 @@
-"""%tpu_runs' table and overlay: a row per run with its trial and values, a line per run in the chart."""
+"""%tpu_runs' table and overlay: a row per run with its trial and values, a line per run in the chart, what was passed over."""
 
 from __future__ import annotations
 
-from tpu_nb.kernel.history.log import RunRecord
-from tpu_nb.kernel.history.view import run_label, runs_chart, runs_html, runs_text
+from tpu_nb.kernel.history.log import RunLog
+from tpu_nb.kernel.history.run_record import RunRecord
+from tpu_nb.kernel.history.view import passed_over_text, run_label, runs_chart, runs_html, runs_text
 
 
 def _record(number: int, trial: dict[str, object] | None, loss: list[float], accuracy: float | None = None) -> RunRecord:
@@ -32,6 +33,19 @@ def test_the_overlay_has_a_panel_per_metric_reported_and_nothing_without_curves(
     assert both is not None and loss_only is not None and both.startswith(b"\x89PNG")
     assert _width(both) > _width(loss_only)  # two panels side by side
     assert runs_chart([RunRecord(3, "t", 0.0, 1.0, "failed", "x", {}, None, None, {}, {}, {}, None)], "loss") is None
+
+
+def test_what_a_damaged_log_lost_is_said_with_the_file() -> None:
+    record = _record(1, None, [1.0])
+    assert passed_over_text(RunLog((record,), 0, 0), "runs.jsonl") is None
+    said = passed_over_text(RunLog((record,), 3, 1), "/nb/tpu_nb_runs/runs.jsonl")
+    assert said == (
+        "tpu_nb: /nb/tpu_nb_runs/runs.jsonl: passed over 3 lines (no run's record: cut short, damaged or edited by hand) "
+        "and 1 value in the records (a metric that is not a number, a curve's point not [step, value]); the runs listed are the rest."
+    )
+    assert passed_over_text(RunLog((), 1, 0), "runs.jsonl") == (
+        "tpu_nb: runs.jsonl: passed over 1 line (no run's record: cut short, damaged or edited by hand); the runs listed are the rest."
+    )
 
 
 def _width(png: bytes) -> int:

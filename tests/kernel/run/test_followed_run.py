@@ -224,3 +224,12 @@ def test_a_rank_that_starts_evaluating_after_the_stop_was_announced_is_announced
     assert len(notes) == 2, notes
     assert notes[0].startswith("stopping at the next step boundary every worker reaches after step 1: within 0.2s")
     assert notes[1].startswith("stopping at the next step boundary every worker reaches after step 1: a rank is evaluating; then up to")
+
+
+def test_a_run_log_path_the_os_cannot_take_is_said_and_the_run_still_ends_with_its_ending(capsys: pytest.CaptureFixture[str]) -> None:
+    run = ScriptedRun(LaunchOptions(run_log="runs\0log"))  # ValueError from the OS calls, not OSError
+    run.start()
+    run.finished = True
+    follow(run)
+    assert run.finish().status == "done"
+    assert "tpu_nb: the run log runs\0log/runs.jsonl could not be written (embedded null byte)" in capsys.readouterr().err

@@ -7,21 +7,26 @@ on this machine or a pod. A record is small (a curve keeps at most
 `CURVE_POINTS` points per metric): the options that differ from their
 defaults, the trial, the final and best value of each metric, the curves,
 the time, the status, where the checkpoints are. Lines are appended under a
-lock, so two kernels sharing a directory never write one number twice.
+lock, so two kernels sharing a directory never write one number twice. A
+damaged log costs only its damaged lines: they are passed over and counted
+(`run_record.py` reads each line defensively), and a line cut short is ended
+before the next record is appended.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tpu_nb.kernel.history.run_record import RunRecord, is_count, read_record
 from tpu_nb.wire.events import Event, Progress
 
 LOG_FILE = "runs.jsonl"
@@ -40,65 +45,19 @@ def smaller_is_better(name: str) -> bool:
 def log_directory(option: str | None) -> Path | None:
     """Where runs are logged: `--run-log`'s directory, else TPU_NB_RUN_LOG's, else ./tpu_nb_runs; None when `off`."""
     chosen = option or os.environ.get(ENVIRONMENT_VARIABLE) or DEFAULT_DIRECTORY
-    return None if chosen.strip().lower() == OFF else Path(chosen).expanduser()
+    # os.path's expanduser leaves ~someone unknown as written (Path's raises RuntimeError, which would cost the run)
+    return None if chosen.strip().lower() == OFF else Path(os.path.expanduser(chosen))
 
 
 @dataclass(frozen=True, slots=True)
-class RunRecord:
-    """One run as the log keeps it."""
+class RunLog:
+    """The log as read: its records, oldest first, and what of it was passed over."""
 
-    number: int
-    """Its number in this log, from 1: what `%tpu_runs` names it by."""
-    title: str
-    started: float
-    """Unix time."""
-    seconds: float
-    status: str
-    text: str | None
-    options: Mapping[str, Any]
-    trial: Mapping[str, Any] | None
-    sweep: str | None
-    """The sweep it was a trial of (its start time and title), shared by its trials."""
-    final: Mapping[str, float]
-    best: Mapping[str, float]
-    curves: Mapping[str, tuple[tuple[int, float], ...]]
-    checkpoints: str | None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
-        curves = {name: tuple((int(step), float(value)) for step, value in points) for name, points in data.get("curves", {}).items()}
-        return cls(
-            int(data["number"]),
-            str(data["title"]),
-            float(data["started"]),
-            float(data["seconds"]),
-            str(data["status"]),
-            data.get("text"),
-            dict(data.get("options", {})),
-            data.get("trial"),
-            data.get("sweep"),
-            dict(data.get("final", {})),
-            dict(data.get("best", {})),
-            curves,
-            data.get("checkpoints"),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "number": self.number,
-            "title": self.title,
-            "started": self.started,
-            "seconds": round(self.seconds, 3),
-            "status": self.status,
-            "text": self.text,
-            "options": dict(self.options),
-            "trial": None if self.trial is None else dict(self.trial),
-            "sweep": self.sweep,
-            "final": dict(self.final),
-            "best": dict(self.best),
-            "curves": {name: [list(point) for point in points] for name, points in self.curves.items()},
-            "checkpoints": self.checkpoints,
-        }
+    records: tuple[RunRecord, ...]
+    lines_passed_over: int
+    """Lines that are not a run's record: cut short, damaged bytes, edited by hand."""
+    values_passed_over: int
+    """Values left out of the records read (a metric that is not a number, curves that are not curves)."""
 
 
 @dataclass
@@ -135,30 +94,33 @@ class CurveKeeper:
 
 
 def append_record(directory: Path, record: RunRecord) -> RunRecord:
-    """Append `record` with the next number in the log; the record as written."""
+    """Append `record` with the next number in the log; the record with its number.
+
+    A last line cut short (a full disk, a killed kernel) is ended first, so this record is a line of its own.
+    """
     directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / LOG_FILE, "a+", encoding="utf-8") as log:
+    with open(directory / LOG_FILE, "a+b") as log:
         fcntl.flock(log, fcntl.LOCK_EX)  # released when the file closes
         log.seek(0)
-        numbers = [_number(line) for line in log]
-        numbered = RunRecord(**{**_fields(record), "number": max([0, *numbers]) + 1})
-        log.seek(0, os.SEEK_END)
-        log.write(json.dumps(numbered.to_json(), default=repr) + "\n")  # a trial value JSON cannot hold is kept as its repr
+        written = log.read()
+        numbers = [_number(line) for line in written.split(b"\n")]
+        numbered = dataclasses.replace(record, number=max([0, *numbers]) + 1)
+        torn = b"\n" if written and not written.endswith(b"\n") else b""
+        log.write(torn + json.dumps(numbered.to_json(), allow_nan=False).encode() + b"\n")
     return numbered
 
 
-def read_log(directory: Path) -> list[RunRecord]:
-    """Every record in the log, oldest first (a line that cannot be read is passed over)."""
+def read_log(directory: Path) -> RunLog:
+    """Every record in the log, oldest first, and how many lines and values were passed over; `OSError` if unreadable."""
     path = directory / LOG_FILE
     if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(RunRecord.from_json(json.loads(line)))
-        except (ValueError, KeyError, TypeError):
-            continue
-    return records
+        return RunLog((), 0, 0)
+    with open(path, "rb") as log:
+        fcntl.flock(log, fcntl.LOCK_SH)  # a record being appended is read whole or not at all
+        lines = [line for line in log.read().split(b"\n") if line.strip()]
+    read = [read_record(_parsed(line)) for line in lines]
+    records = tuple(entry.record for entry in read if entry.record is not None)
+    return RunLog(records, len(lines) - len(records), sum(entry.passed_over for entry in read))
 
 
 def changed_options(options: Any, defaults: Any) -> dict[str, Any]:
@@ -176,15 +138,18 @@ def sweep_label(title: str) -> str:
     return f"{title} at {time.strftime('%Y-%m-%d %H:%M:%S')}"
 
 
-def _number(line: str) -> int:
+def _parsed(line: bytes) -> object:
+    """The JSON a line holds (bad bytes read as U+FFFD), None when it holds none."""
     try:
-        return int(json.loads(line)["number"])
-    except (ValueError, KeyError, TypeError):
-        return 0
+        return json.loads(line.decode("utf-8", errors="replace"))
+    except (ValueError, RecursionError):  # not JSON; nested past the parser's depth
+        return None
 
 
-def _fields(record: RunRecord) -> dict[str, Any]:
-    return {name: getattr(record, name) for name in record.__dataclass_fields__}
+def _number(line: bytes) -> int:
+    data = _parsed(line)
+    number = data.get("number") if isinstance(data, dict) else None
+    return number if is_count(number) else 0
 
 
 def records_named(records: Sequence[RunRecord], numbers: Sequence[int]) -> list[RunRecord]:

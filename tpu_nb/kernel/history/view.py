@@ -7,7 +7,8 @@ import html
 import time
 from collections.abc import Sequence
 
-from tpu_nb.kernel.history.log import RunRecord
+from tpu_nb.kernel.history.log import RunLog
+from tpu_nb.kernel.history.run_record import RunRecord
 from tpu_nb.kernel.progress.chart import Curve, overlay_chart
 from tpu_nb.kernel.progress.text import format_value
 from tpu_nb.wire.units import format_duration
@@ -30,6 +31,20 @@ def runs_text(records: Sequence[RunRecord], metric: str) -> str:
         values = " ".join(f"{name}={format_value(record.final[name])}" for name in _shown(metric) if name in record.final)
         lines.append(f"{run_label(record)}  {_when(record)}  {record.status}  {format_duration(record.seconds)}  {values}".rstrip())
     return "\n".join(lines)
+
+
+def passed_over_text(log: RunLog, path: str) -> str | None:
+    """What `%tpu_runs` passed over in a damaged log, if anything: the lines and the values, with where they are."""
+    parts = []
+    if log.lines_passed_over:
+        parts.append(f"{_count(log.lines_passed_over, 'line')} (no run's record: cut short, damaged or edited by hand)")
+    if log.values_passed_over:
+        parts.append(
+            f"{_count(log.values_passed_over, 'value')} in the records (a metric that is not a number, a curve's point not [step, value])"
+        )
+    if not parts:
+        return None
+    return f"tpu_nb: {path}: passed over {' and '.join(parts)}; the runs listed are the rest."
 
 
 def runs_html(records: Sequence[RunRecord], metric: str, chart: bytes | None) -> str:
@@ -67,6 +82,10 @@ def runs_chart(records: Sequence[RunRecord], metric: str) -> bytes | None:
 def _curve(record: RunRecord, name: str) -> Curve:
     points = record.curves.get(name, ())
     return (run_label(record), [step for step, _ in points], [value for _, value in points])
+
+
+def _count(number: int, thing: str) -> str:
+    return f"{number} {thing}" if number == 1 else f"{number} {thing}s"
 
 
 def _shown(metric: str) -> list[str]:

@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from tpu_nb.kernel.endings.run_ending import Ending
-from tpu_nb.kernel.history.log import CurveKeeper, RunRecord, append_record, changed_options, log_directory
+from tpu_nb.kernel.history.log import LOG_FILE, CurveKeeper, append_record, changed_options, log_directory
+from tpu_nb.kernel.history.run_record import RunRecord
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.interrupts import interrupts_counted
 from tpu_nb.kernel.planning.deadlines import Deadline, StopNeeds
@@ -167,7 +168,8 @@ class FollowedRun(ABC):
         self._end_now("interrupt")
 
     def finish(self) -> Ending:
-        """How the run ended, once `ended`; the dashboard shows it too."""
+        """How the run ended, once `ended`; the dashboard shows it too. The run log's record is written last and
+        cannot fail it: the ending holds the results the notebook gets."""
         assert self._ended, "finish() is for a run that has ended"
         ending = self._ending()
         if self._display is not None:
@@ -176,7 +178,12 @@ class FollowedRun(ABC):
         return ending
 
     def _log(self, ending: Ending) -> None:
-        """The run's record in the run log; a log that cannot be written is said, never the run's failure."""
+        """The run's record in the run log; a log that cannot be written is said, never the run's failure.
+
+        The record is JSON-safe whatever the trial holds and a damaged log is read around, so what is left is the
+        file itself: the OS refusing it (OSError), or a path or number it cannot take (ValueError: a NUL byte in the
+        path, a whole number of more digits than Python writes).
+        """
         directory = log_directory(self.options.run_log)
         if directory is None:
             return
@@ -198,8 +205,12 @@ class FollowedRun(ABC):
         )
         try:
             append_record(directory, record)
-        except OSError as error:
-            self._write("stderr", f"tpu_nb: the run log {directory} could not be written ({error}); --run-log off turns it off.\n")
+        except (OSError, ValueError) as error:
+            self._write(
+                "stderr",
+                f"tpu_nb: the run log {directory / LOG_FILE} could not be written ({error}): this run is not in it, its results "
+                "are not affected; give another --run-log DIR, or --run-log off to turn it off.\n",
+            )
 
     def close(self) -> None:
         """Leave nothing running (after an unexpected error too) and free what the run held."""
