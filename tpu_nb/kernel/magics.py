@@ -195,12 +195,11 @@ class TpuMagics(Magics):
         Guide: docs/guides/selftest.md
         """
         args = parse_argstring(self.tpu_selftest, line)
-        try:
-            os.makedirs(args.out, exist_ok=True)
-        except OSError as error:
-            raise UsageError(
-                f"--out {args.out}: cannot make that directory ({error.strerror}): give a directory you can write to."
-            ) from None
+        from tpu_nb.selftest.report import report_problem
+
+        problem = report_problem(args.out, f"--out {args.out}")
+        if problem is not None:
+            raise UsageError(problem)  # now, not once the series ran: its report would be lost
         from tpu_nb.selftest import run  # the checks and their workloads load only when asked for
         from tpu_nb.selftest.series import CHECKS
         from tpu_nb.selftest.table import LiveTable
