@@ -159,10 +159,12 @@ class TpuMagics(Magics):
     def tpu_release(self, line: str) -> None:
         """End the stale processes holding the TPU's device files (e.g. workers of an earlier kernel): SIGTERM, then SIGKILL.
 
-        Stale: the kernel or shell it was started from is gone. A live one
-        (another notebook's kernel or run, a job started from a cell) is
-        listed with its parent, age and CPU use, and ended only when named
-        (`%tpu_release PID`) or with --all. Never this kernel or a process it
+        Stale: started from a notebook kernel that is gone (a fork of it, or
+        anything a cell started). A live one (another notebook's kernel or
+        run, a job started from a cell, one whose shell exited with nothing
+        showing a notebook started it, such as `nohup python train.py &`
+        over SSH) is listed with its parent, age and CPU use, and ended only
+        when named (`%tpu_release PID`) or with --all. Never this kernel or a process it
         runs under, never another user's process, never this kernel's running
         run (stop it through its cell or handle). Says what it ended, and
         whether SIGKILL was needed.

@@ -201,6 +201,16 @@ class SystemView:
         arguments = raw.decode("utf-8", errors="replace").split("\0")
         return tuple(arguments[:-1] if arguments[-1] == "" else arguments)  # each argument ends with a NUL
 
+    def process_environment(self, pid: int) -> dict[str, str]:
+        """The environment process `pid` was started with (as exec'd: a variable set later is not there); empty when it
+        cannot be read (another user's process, an exited one)."""
+        try:
+            raw = (self.proc_root / str(pid) / "environ").read_bytes()
+        except OSError:
+            return {}
+        pairs = (entry.partition("=") for entry in raw.decode("utf-8", errors="replace").split("\0") if entry)
+        return {name: value for name, _, value in pairs}
+
     def named_as_viewed(self, path: str) -> str:
         """A path as the viewed machine names it: one under dev_root is "/dev/..." (so test device files count as devices)."""
         try:
