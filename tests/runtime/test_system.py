@@ -159,6 +159,17 @@ def test_process_status_command_line_and_start_of_a_real_process() -> None:
     assert started is not None and time.time() - 30 < started <= time.time()
 
 
+def test_a_processs_environment_is_the_one_it_was_started_with() -> None:
+    with subprocess.Popen(["sleep", "30"], env={"JPY_PARENT_PID": "12", "ODD": "a=b"}) as child:
+        try:
+            system = SystemView.current()
+            assert wait_until(lambda: system.command_line(child.pid) == ("sleep", "30"), timeout=10, interval=0.01)
+            assert system.process_environment(child.pid) == {"JPY_PARENT_PID": "12", "ODD": "a=b"}
+        finally:
+            child.kill()
+    assert SystemView.current().process_environment(child.pid) == {}  # exited
+
+
 def test_process_facts_of_an_exited_or_odd_process_are_none(tmp_path: Path) -> None:
     write(tmp_path, "proc/7/status", "Name:\tx\nState:\tS (sleeping)\n")  # no PPid or Uid line
     write(tmp_path, "proc/8/cmdline", "")  # a kernel thread, or a zombie
