@@ -9,16 +9,18 @@ checkpoint save, and whether a rank is compiling, evaluating or saving now
 or from when the last such long phase ended, for two of the longest steps
 (the ranks agree on a stop step one past the furthest rank, so the step in
 progress and one more) plus a save when one is due, with a margin; never
-less than `--stop-grace`. A long phase is waited for as it runs, but for a
-bounded time from its start: twice the longest phase of its kind this run
-has finished (a second's slack for the heartbeats either side), fifteen
-minutes for the first of its kind, never more than an hour; past that, the
-wait for the step boundary runs out and the stop is hard. A rank hung inside
-an evaluation, saying "evaluating" once a second forever, kept its run
-past its deadline while every heartbeat restarted the wait. Before two steps are timed, the time from the
+less than `--stop-grace`. Before two steps are timed, the time from the
 workers' start to the first step stands for a step: a run stopped (by its
 deadline, say) during its second step, slow on a busy host, was ended hard
 after the grace and lost its checkpoint.
+
+A long phase is waited for as it runs, but for a bounded time from its
+start: twice the longest phase of its kind this run has finished (and two
+seconds, for the heartbeats heard late at either end), fifteen minutes for
+the first of its kind, never more than an hour nor less than the grace;
+then the wait for the step boundary runs out and the stop is hard. A rank
+hung inside an evaluation, saying "evaluating" once a second forever, kept
+its run past its deadline while every heartbeat restarted the wait.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ class StopWait:
     step_seconds: float | None  # the longest step seen
     busy: str | None  # what a rank is doing now that the stop waits for without counting ("compiling (for 40s)")
     last_step: int | None  # rank 0's
-    busy_limit: float | None = None  # seconds from its start that long phase is waited for at most
+    busy_limit: float | None  # seconds from its start that long phase is waited for at most
 
     @property
     def until(self) -> float:
@@ -146,7 +148,7 @@ class StopClock:
         seconds = max(self.grace, learned)
         busy = self._fresh_phases(now)
         if not busy:
-            return StopWait(seconds, since, self.longest_step, None, self.last_step)
+            return StopWait(seconds, since, self.longest_step, None, self.last_step, None)
         # The phase waited for longest sets the wait; the step boundary's wait counts from its end, or from its bound.
         phase = max(busy, key=lambda phase: phase.began + self.phase_limit(phase.kind))
         limit = self.phase_limit(phase.kind)
@@ -169,11 +171,6 @@ class StopClock:
             return None
         save = self.longest_save or 0.0 if self._save_due(now) else 0.0
         return MARGIN * (2 * self._longest_later_step + save)
-
-    def busy(self, now: float) -> str | None:
-        """What a rank is doing now that a stop waits for as it runs, up to its bound (compiling, evaluating, saving)."""
-        fresh = self._fresh_phases(now)
-        return fresh[0].doing if fresh else None
 
     def _fresh_phases(self, now: float) -> list[LongPhase]:
         """The long phases heard of lately: past HEARTBEAT_FRESH, a silent rank is not waited for as busy."""
