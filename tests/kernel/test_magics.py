@@ -13,9 +13,11 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from support.kernel import plain
+from support.read_only import refuse_writes_in
 from support.tracebacks import arrow_line, cell_frame_header
 
-from tpu_nb.kernel.endings.notebook_errors import WorkerError
+from tpu_nb import selftest
+from tpu_nb.kernel.endings.notebook_errors import LaunchRefused, WorkerError
 
 
 def run(shell: InteractiveShell, cell: str):  # type: ignore[no-untyped-def]
@@ -221,3 +223,17 @@ def test_tpu_runs_lists_the_good_records_of_a_damaged_log_and_says_how_many_line
     monkeypatch.setattr("tpu_nb.kernel.history.log.open", refused, raising=False)  # the OS refusing the file
     with pytest.raises(UsageError, match=r"runs.jsonl cannot be read \(\[Errno 13\] Permission denied\); name another log"):
         ip.run_line_magic("tpu_runs", f"--log {tmp_path}")
+
+
+def test_tpu_selftest_refuses_an_out_directory_it_cannot_write_to_before_any_check(
+    ip: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refuse_writes_in(tmp_path, monkeypatch)
+    with capture_output() as shown, pytest.raises(UsageError) as refusal:
+        ip.run_line_magic("tpu_selftest", f"--quick --out {tmp_path}")
+    assert (
+        str(refusal.value) == f"--out {tmp_path}: cannot write the report there (Read-only file system): give a directory you can write to."
+    )
+    assert shown.outputs == []  # no table: nothing ran
+    with pytest.raises(LaunchRefused, match=r"tpu_nb's selftest did not start the run:\n- out='.*': cannot write the report there"):
+        selftest.run(quick=True, out=tmp_path)  # the Python API, the same

@@ -41,7 +41,7 @@ def test_a_child_of_the_kernel_and_an_orphan_are_told_apart(fake_tpu: FakeTpu) -
     assert (mine.origin, mine.child_of_kernel, mine.parent) == (Origin.THIS_KERNEL, True, os.getpid())
     assert mine.origin_text == "started by this kernel (child of the kernel)"
     assert left.origin is Origin.ELSEWHERE and not left.child_of_kernel
-    assert left.stale and left.origin_text.startswith("stale: the kernel or shell it was started from (session ")
+    assert left.stale and left.origin_text.startswith("stale: the notebook kernel it was started from (session ")
     assert left.summary.startswith(f"pid {orphan} ({Path(sys.executable).name} -c ")
     assert " has /dev/vfio/0 open, running " in left.summary
     assert left.summary.endswith(f", user {left.owner}, {left.origin_text}")
@@ -69,12 +69,15 @@ def fake_process(
     holds: str = "",
     session: int = 1,
     started: int = 60,
+    environ: str = "",
 ) -> None:
-    """A process in a fake /proc: status, stat (in `session`, started `started` seconds after boot), cmdline, comm and a device file it holds."""
+    """A process in a fake /proc: status, stat (in `session`, started `started` seconds after boot), cmdline, environ, comm and
+    a device file it holds."""
     write(root, f"proc/{pid}/status", f"Name:\t{comm}\nState:\tS (sleeping)\nPPid:\t{parent}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
     ticks = os.sysconf("SC_CLK_TCK")
     write(root, f"proc/{pid}/stat", f"{pid} ({comm}) S {parent} {pid} {session} " + " ".join(["0"] * 15) + f" {started * ticks} 0 0\n")
     write(root, f"proc/{pid}/cmdline", cmdline)
+    write(root, f"proc/{pid}/environ", environ)
     write(root, f"proc/{pid}/comm", comm + "\n")
     if holds:
         (root / f"proc/{pid}/fd").mkdir(parents=True, exist_ok=True)
@@ -160,8 +163,11 @@ def shared_machine(tmp_path: Path) -> SystemView:
     fake_process(tmp_path, 511, 510, 0, KERNEL.format("b"), session=500, holds="/dev/accel1")  # ...and worker
     fake_process(tmp_path, 520, 1, 0, KERNEL.format("b"), session=500, holds="/dev/accel2")  # a worker B's ended run left
     fake_process(tmp_path, 600, 1, 0, KERNEL.format("c"), session=590, holds="/dev/accel3")  # a worker of a dead kernel
-    fake_process(tmp_path, 700, 1, 0, "python3\0train.py\0", session=690, started=80, holds="/dev/accel4")
-    fake_process(tmp_path, 690, 1, 0, "bash\0", session=690, started=120)  # its session's pid, now a newer process's
+    # `nohup python train.py &` over SSH, then logging out: its shell gone, and its session's pid a newer process's now.
+    fake_process(tmp_path, 700, 1, 0, "python3\0train.py\0", session=690, started=80, holds="/dev/accel4", environ="HOME=/root\0")
+    fake_process(tmp_path, 690, 1, 0, "bash\0", session=690, started=120)
+    # A script a dead kernel's cell started (`!python train.py &`): it carries the kernel's JPY_PARENT_PID.
+    fake_process(tmp_path, 710, 1, 0, "python3\0train.py\0", session=705, holds="/dev/accel8", environ="HOME=/root\0JPY_PARENT_PID=50\0")
     fake_process(tmp_path, 801, 1, 0, "-bash\0", session=801)  # a terminal on the VM...
     fake_process(tmp_path, 800, 801, 0, "python3\0train.py\0", session=801, holds="/dev/accel5")  # ...training
     fake_process(tmp_path, 900, 1, 0, "python3\0train.py\0", session=100, holds="/dev/accel6")  # `!nohup ... &` from this notebook
@@ -169,25 +175,29 @@ def shared_machine(tmp_path: Path) -> SystemView:
     return SystemView(environ={}, dev_root=tmp_path / "dev", proc_root=tmp_path / "proc", modules={}, own_pid=100, own_uid=0)
 
 
-def test_stale_holders_are_those_whose_kernel_or_shell_is_gone_and_everything_else_is_live(shared_machine: SystemView) -> None:
+def test_stale_holders_are_those_whose_notebook_kernel_is_gone_and_everything_else_is_live(shared_machine: SystemView) -> None:
     holders = {holder.pid: holder for holder in tpu_device_holders(shared_machine)}
 
     stale = {pid: holder.stale_because for pid, holder in holders.items() if holder.stale}
     live = {pid: holder.belongs_to for pid, holder in holders.items() if not holder.stale}
     assert stale == {
         520: "a copy forked from kernel pid 500 (kernel-b.json) that no longer runs under it (a worker of an ended run)",
-        600: "the kernel or shell it was started from (session 590) has exited",
-        700: "the kernel or shell it was started from (session 690) has exited",
+        600: "the notebook kernel it was started from (session 590) has exited (it is a fork of that kernel: its command line)",
+        710: "the notebook kernel it was started from (session 705) has exited (its environment holds the kernel's JPY_PARENT_PID)",
         910: "a copy forked from kernel pid 100 (kernel-a.json) that no longer runs under it (a worker of an ended run)",
     }
     assert live == {
         500: "another notebook kernel, kernel pid 500 (kernel-b.json)",
         511: "started from another notebook, kernel pid 500 (kernel-b.json)",
+        700: "orphaned: the shell or program it was started from (session 690) has exited, and nothing shows a notebook kernel "
+        "started it (a job left running on purpose, such as `nohup python train.py &` over SSH?)",
         800: "started from pid 801 (-bash), which still runs",
         900: "started from this notebook",
     }
     assert holders[511].origin_text == "live: started from another notebook, kernel pid 500 (kernel-b.json)"
-    assert holders[600].origin_text == "stale: the kernel or shell it was started from (session 590) has exited"
+    assert holders[600].origin_text == (
+        "stale: the notebook kernel it was started from (session 590) has exited (it is a fork of that kernel: its command line)"
+    )
     assert holders[600].session == 590
 
 

@@ -85,8 +85,12 @@ def troubled_tpu(make_system: MakeSystem, fake_torch_xla: FakeTorchXla) -> Runti
         "kaggle_v5e_8",
         environ={"TPU_ACCELERATOR_TYPE": "v5litepod-8<script>"},
         modules={"torch_xla": fake_torch_xla(True)},
-        # A worker whose kernel (session 4000) is gone.
-        files={"proc/4242/comm": "<b>py</b>&co\n", "proc/4242/stat": "4242 (py) S 1 4242 4000 " + "0 " * 15 + "6000 0 0\n"},
+        # A worker whose kernel (session 4000) is gone: it has the kernel's JPY_PARENT_PID.
+        files={
+            "proc/4242/comm": "<b>py</b>&co\n",
+            "proc/4242/stat": "4242 (py) S 1 4242 4000 " + "0 " * 15 + "6000 0 0\n",
+            "proc/4242/environ": "JPY_PARENT_PID=12\0",
+        },
         links={"proc/4242/fd/7": "/dev/vfio/3"},
     )
     return detect(system)
@@ -155,10 +159,11 @@ def test_text_has_the_same_content(troubled_tpu: RuntimeInfo) -> None:
     assert any(line.startswith("ERROR [runtime_initialized] An XLA device was already used") for line in lines)
     assert (
         "ERROR [tpu_busy] The TPU is held by another process: pid 4242 (<b>py</b>&co) has /dev/vfio/3 open, "
-        "stale: the kernel or shell it was started from (session 4000) has exited." in lines
+        "stale: the notebook kernel it was started from (session 4000) has exited (its environment holds the kernel's "
+        "JPY_PARENT_PID)." in lines
     )
     assert "  fix: Run %tpu_release to end pid 4242 (or: kill 4242), or restart the runtime." in lines
-    stale = "stale: the kernel or shell it was started from (session 4000) has exited"
+    stale = "stale: the notebook kernel it was started from (session 4000) has exited (its environment holds the kernel's JPY_PARENT_PID)"
     assert lines[-2:] == ["Processes holding the TPU:", f"  pid 4242 (<b>py</b>&co) has /dev/vfio/3 open, {stale}"]
     assert any(line.startswith("WARNING [topology_vars]") for line in lines)
     assert "&lt;" not in text and "<td>" not in text

@@ -112,16 +112,18 @@ def test_topology_vars_names_only_what_is_set(make_system: MakeSystem) -> None:
 def test_tpu_busy(make_system: MakeSystem) -> None:
     system = make_system(
         "colab_v5e_1",
-        files={"proc/4242/comm": "python3\n", "proc/4242/stat": stat(4242, parent=1, session=4000)},
+        files={
+            "proc/4242/comm": "python3\n",
+            "proc/4242/stat": stat(4242, parent=1, session=4000),
+            "proc/4242/environ": KERNELS_CHILD,  # a worker of a kernel (session 4000) that is gone
+        },
         links={"proc/4242/fd/0": "/dev/null", "proc/4242/fd/7": "/dev/vfio/0"},
     )
     info = detect(system)
 
     busy = problem(info, "tpu_busy")
     assert busy.severity == "error"
-    assert (
-        "pid 4242 (python3) has /dev/vfio/0 open, stale: the kernel or shell it was started from (session 4000) has exited" in busy.message
-    )
+    assert f"pid 4242 (python3) has /dev/vfio/0 open, {STALE}" in busy.message
     assert "/dev/null" not in busy.message
     assert busy.fix == "Run %tpu_release to end pid 4242 (or: kill 4242), or restart the runtime."
     assert [holder.pid for holder in info.tpu_holders] == [4242]
@@ -131,7 +133,13 @@ def test_tpu_busy(make_system: MakeSystem) -> None:
 def test_tpu_busy_names_every_holder(make_system: MakeSystem) -> None:
     system = make_system(
         "colab_v2_8",
-        files={"proc/77/comm": "tpu_worker\n", "proc/77/stat": stat(77, parent=1, session=4000), "proc/4242/stat": stat(4242, 1, 4000)},
+        files={
+            "proc/77/comm": "tpu_worker\n",
+            "proc/77/stat": stat(77, parent=1, session=4000),
+            "proc/77/environ": KERNELS_CHILD,
+            "proc/4242/stat": stat(4242, 1, 4000),
+            "proc/4242/environ": KERNELS_CHILD,
+        },
         links={"proc/77/fd/3": "/dev/accel2", "proc/77/fd/4": "/dev/accel3", "proc/4242/fd/9": "/dev/accel0"},
     )
 
@@ -139,6 +147,11 @@ def test_tpu_busy_names_every_holder(make_system: MakeSystem) -> None:
     assert "pid 77 (tpu_worker) has /dev/accel2, /dev/accel3 open" in busy.message
     assert "pid 4242 (unknown command) has /dev/accel0 open" in busy.message
     assert busy.fix == "Run %tpu_release to end pids 77 4242 (or: kill 77 4242), or restart the runtime."
+
+
+KERNELS_CHILD = "HOME=/root\0JPY_PARENT_PID=12\0"
+"""A process's environment when a notebook kernel started it: jupyter_client's JPY_PARENT_PID."""
+STALE = "stale: the notebook kernel it was started from (session 4000) has exited (its environment holds the kernel's JPY_PARENT_PID)"
 
 
 def status(parent: int, uid: int) -> str:
@@ -163,6 +176,7 @@ def test_tpu_busy_says_what_only_another_user_this_kernel_or_a_restart_can_free(
             "proc/stat": "btime 1764600000\n",
             "proc/100/stat": stat(100, parent=50, session=100),
             "proc/120/stat": stat(120, parent=1, session=4000),  # stale: its kernel is gone
+            "proc/120/environ": KERNELS_CHILD,
             "proc/130/status": status(parent=1, uid=me),
             "proc/130/stat": stat(130, parent=1, session=100),  # live: `!nohup ... &` from this notebook
         },
@@ -180,7 +194,7 @@ def test_tpu_busy_says_what_only_another_user_this_kernel_or_a_restart_can_free(
     assert "pid 110 (unknown command) has /dev/vfio/0 open, user " in busy.message
     assert busy.message.count("started by this kernel (child of the kernel)") == 1
     assert "pid 120 (unknown command) has /dev/vfio/0 open, running " in busy.message
-    assert busy.message.count("stale: the kernel or shell it was started from (session 4000) has exited") == 1
+    assert busy.message.count(STALE) == 1
     assert busy.message.count("live: started from this notebook") == 1
     assert "this kernel runs under it" in busy.message
     assert busy.fix == (

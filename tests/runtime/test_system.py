@@ -159,6 +159,17 @@ def test_process_status_command_line_and_start_of_a_real_process() -> None:
     assert started is not None and time.time() - 30 < started <= time.time()
 
 
+def test_a_processs_environment_is_the_one_it_was_started_with() -> None:
+    with subprocess.Popen(["sleep", "30"], env={"JPY_PARENT_PID": "12", "ODD": "a=b"}) as child:
+        try:
+            system = SystemView.current()
+            assert wait_until(lambda: system.command_line(child.pid) == ("sleep", "30"), timeout=10, interval=0.01)
+            assert system.process_environment(child.pid) == {"JPY_PARENT_PID": "12", "ODD": "a=b"}
+        finally:
+            child.kill()
+    assert SystemView.current().process_environment(child.pid) == {}  # exited
+
+
 def test_process_facts_of_an_exited_or_odd_process_are_none(tmp_path: Path) -> None:
     write(tmp_path, "proc/7/status", "Name:\tx\nState:\tS (sleeping)\n")  # no PPid or Uid line
     write(tmp_path, "proc/8/cmdline", "")  # a kernel thread, or a zombie
@@ -169,6 +180,20 @@ def test_process_facts_of_an_exited_or_odd_process_are_none(tmp_path: Path) -> N
     assert system.command_line(8) == ()
     assert system.command_line(9) == ()
     assert system.process_started_at(9) is None
+
+
+def test_where_this_processs_pid_counts_is_its_boot_and_pid_namespace_unless_proc_is_another_namespaces(tmp_path: Path) -> None:
+    here = SystemView.current().own_pid_namespace()
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert here == f"{boot} {os.readlink('/proc/self/ns/pid')}"
+    assert SystemView.current().process_start_ticks(os.getpid()) == int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+    # A /proc mounted from another pid namespace: its "self" is another number than our pid, and nothing it says is of ours.
+    write(tmp_path, "proc/sys/kernel/random/boot_id", boot)
+    (tmp_path / "proc/1/ns").mkdir(parents=True)
+    os.symlink("pid:[4026531836]", tmp_path / "proc/1/ns/pid")
+    os.symlink("1", tmp_path / "proc/self")  # as /proc/self reads: the looking process's pid in that /proc
+    assert SystemView(proc_root=tmp_path / "proc", own_pid=1).own_pid_namespace() == f"{boot} pid:[4026531836]"
+    assert SystemView(proc_root=tmp_path / "proc", own_pid=4242).own_pid_namespace() is None
 
 
 def test_command_line_keeps_arguments_with_spaces(tmp_path: Path) -> None:

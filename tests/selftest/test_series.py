@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.device_holders import fake_tpu_in
+from support.processes import descendants, interrupt_when, wait_until
 
 from tpu_nb.runtime import detect
 from tpu_nb.selftest import series
@@ -47,6 +49,18 @@ def test_a_device_held_by_another_process_after_the_hard_stop_names_tpu_release(
 
     assert f"%tpu_release {holder}" in str(failure.value)
     assert failure.value.figures["stopped_at_step"] >= 3  # the graceful stop before it passed
+
+
+def test_a_stopping_check_cut_short_leaves_no_run_behind(context: Context) -> None:
+    # Interrupted while it waits for a step its run never reaches: its run would hold the device until its timeout.
+    context.deadline = time.monotonic() + 120
+    before = set(descendants(os.getpid()))
+    interrupt_when(lambda: len(set(descendants(os.getpid())) - before) >= 2, (1.0,))  # once the supervisor and a worker run
+
+    with pytest.raises(KeyboardInterrupt):
+        series.stopping(context, after_steps=10**9)
+
+    assert wait_until(lambda: not set(descendants(os.getpid())) - before, 10), set(descendants(os.getpid())) - before
 
 
 def test_an_error_inside_a_check_is_its_failure_with_the_traceback(context: Context) -> None:

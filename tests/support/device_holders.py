@@ -21,6 +21,9 @@ from typing import Any
 from tpu_nb.runtime import SystemView
 from tpu_nb.runtime.signals import Delivery, Target, send_signal
 
+KERNEL_MARK = "JPY_PARENT_PID"
+"""What jupyter_client puts in every kernel's environment (its launcher, on POSIX), so in everything a cell starts."""
+
 # Opens the device file, optionally ignores SIGTERM (a stuck worker), says so, and waits.
 _HOLD = """
 import signal, sys, time
@@ -80,9 +83,16 @@ class FakeTpu:
         assert child.stdout is not None and child.stdout.readline() == "holding\n"
         return child.pid
 
-    def hold_as_orphan(self, device: str, *, ignore_term: bool = False) -> int:
-        """A process left behind by a kernel that died (its session's leader is gone) holding `device`: stale."""
-        return self._hold_through(_ORPHAN, device, ignore_term)
+    def hold_as_orphan(self, device: str, *, ignore_term: bool = False, from_kernel: bool = True) -> int:
+        """A process whose session's leader is gone holding `device`: left behind by a notebook kernel that died (stale),
+        or, not `from_kernel`, by a shell that exited (`nohup python train.py &` over SSH, then logging out: live).
+
+        A kernel's children carry JPY_PARENT_PID, which jupyter_client gives every kernel it starts; a shell's do not.
+        """
+        environment = {name: value for name, value in os.environ.items() if name != KERNEL_MARK}
+        if from_kernel:
+            environment[KERNEL_MARK] = str(os.getpid())  # the notebook server's pid, in a real kernel's environment
+        return self._hold_through(_ORPHAN, device, ignore_term, environment)
 
     def hold_detached(self, device: str) -> int:
         """A process started from "this notebook" (this process's session) and adopted by init, holding `device`: live."""
@@ -92,12 +102,13 @@ class FakeTpu:
         """A process leading a session of its own (as another kernel does) holding `device`: live."""
         return self._hold_through(_SESSION_LEADER, device, False)
 
-    def _hold_through(self, starter_code: str, device: str, ignore_term: bool) -> int:
+    def _hold_through(self, starter_code: str, device: str, ignore_term: bool, environment: dict[str, str] | None = None) -> int:
         """The holder that `starter_code` starts (it prints the holder's pid, then exits): nobody's child here."""
         starter = subprocess.Popen(
             [sys.executable, "-c", starter_code, _HOLD, str(self.dev / device), "ignore-term" if ignore_term else "-"],
             stdout=subprocess.PIPE,
             text=True,
+            env=environment,
         )
         assert starter.stdout is not None
         lines = [starter.stdout.readline(), starter.stdout.readline()]  # the holder's pid and "holding", in either order

@@ -16,6 +16,7 @@ from tpu_nb.wire.run_directory import (
     STOP_FILE,
     Manifest,
     download_results,
+    forget_group,
     kill_shell,
     read_stacks_request,
     read_stop,
@@ -62,14 +63,41 @@ def test_a_stacks_request_written_by_the_shell_text_is_read_by_the_host_by_its_n
     assert read_stop(tmp_path) == (False, None)  # a stacks request is no stop
 
 
+def start_ticks(pid: int) -> int:
+    """When process `pid` started, in clock ticks after boot (/proc/PID/stat's field 22), as a host reads it."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+
 def test_the_kill_text_ends_the_process_group_the_host_wrote(tmp_path: Path) -> None:
     group = subprocess.Popen(["sh", "-c", "sleep 600 & sleep 600; wait"], start_new_session=True)
-    write_group(tmp_path, group.pid)
-    assert (tmp_path / GROUP_FILE).read_text() == str(group.pid)
-    subprocess.run(["sh", "-c", kill_shell(str(tmp_path))], check=True, timeout=30)
+    write_group(tmp_path, group.pid, start_ticks(group.pid))
+    assert (tmp_path / GROUP_FILE).read_text() == f"{group.pid} {start_ticks(group.pid)}\n"
+    said = subprocess.run(["sh", "-c", kill_shell(str(tmp_path))], check=True, timeout=30, capture_output=True, text=True)
     assert wait_until(lambda: group.poll() is not None, 10)
-    assert group.returncode == -signal.SIGTERM
+    assert group.returncode == -signal.SIGTERM and said.stdout == ""
     subprocess.run(["sh", "-c", kill_shell(str(tmp_path / "no-such-run"))], check=True)  # nothing there: nothing to do
+    forget_group(tmp_path)
+    assert not (tmp_path / GROUP_FILE).exists()
+
+
+def test_a_group_file_that_outlived_its_host_signals_nobody_and_says_so(tmp_path: Path) -> None:
+    # The run's leader had this pid once; now it leads someone else's process group (a pid goes round once its process is gone).
+    someone_elses = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        (tmp_path / GROUP_FILE).write_text(f"{someone_elses.pid} {start_ticks(someone_elses.pid) - 100}\n")
+        said = subprocess.run(["sh", "-c", kill_shell(str(tmp_path))], check=True, timeout=30, capture_output=True, text=True)
+        assert someone_elses.poll() is None  # not signalled
+        assert said.stdout.startswith(f"tpu_nb: {GROUP_FILE} in {tmp_path} on ")
+        assert said.stdout.rstrip().endswith(
+            f"names process group {someone_elses.pid}, which is no longer this run (its leader has exited, or its pid now "
+            "belongs to another process): nothing was signalled."
+        )
+    finally:
+        someone_elses.kill()
+        someone_elses.wait()
+    (tmp_path / GROUP_FILE).write_text("-1 5\n")  # no group a run leads: never `kill -TERM --1`
+    said = subprocess.run(["sh", "-c", kill_shell(str(tmp_path))], check=True, timeout=30, capture_output=True, text=True)
+    assert "names process group 0, which is no longer this run" in said.stdout
 
 
 def test_a_directory_travels_to_a_url_and_its_results_back(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 
 import pytest
+from support.clock import BERLIN, machine_zone
 
 from tpu_nb.wire.units import UnitError, format_bytes, format_duration, parse_deadline, parse_duration, parse_size
 
@@ -41,6 +42,7 @@ def test_a_bad_size_says_what_to_give(text: str) -> None:
         parse_size(text, "--budget")
 
 
+@machine_zone("UTC")
 def test_a_deadline_is_a_duration_or_a_clock_time_today_or_tomorrow_in_a_zone() -> None:
     utc = datetime.timezone.utc
     now = NOW.replace(tzinfo=utc)  # 20:30 UTC, as on Colab and Kaggle
@@ -91,3 +93,18 @@ def test_a_duration_is_written_to_a_tenth_under_ten_seconds_then_in_seconds_then
 )
 def test_a_size_is_written_in_binary_units_with_one_decimal(size: int, expected: str) -> None:
     assert format_bytes(size) == expected
+
+
+@machine_zone(BERLIN)
+def test_a_clock_time_without_a_zone_takes_the_offset_in_force_on_its_own_day() -> None:
+    cet, cest = (datetime.timezone(datetime.timedelta(hours=hours)) for hours in (1, 2))
+    saturday = datetime.datetime(2026, 3, 28, 20, 30, tzinfo=cet)  # the clocks go forward at 02:00 on Sunday
+    assert parse_deadline("21:00", saturday) == datetime.datetime(2026, 3, 28, 21, 0, tzinfo=cet)
+    # Passed today: tomorrow's 20:00 is summer time, 18:00 UTC (today's offset made it 19:00 UTC, an hour late).
+    assert parse_deadline("20:00", saturday) == datetime.datetime(2026, 3, 29, 20, 0, tzinfo=cest)
+    night = datetime.datetime(2026, 3, 29, 1, 30, tzinfo=cet)  # half an hour before the change
+    assert parse_deadline("09:00", night) == datetime.datetime(2026, 3, 29, 9, 0, tzinfo=cest)
+    autumn = datetime.datetime(2026, 10, 24, 22, 0, tzinfo=cest)  # back to winter time at 03:00 on Sunday
+    assert parse_deadline("21:00", autumn) == datetime.datetime(2026, 10, 25, 21, 0, tzinfo=cet)
+    assert parse_deadline("21:00+02:00", autumn) == datetime.datetime(2026, 10, 25, 21, 0, tzinfo=cest)  # a zone named stays
+    assert parse_deadline("8h", autumn) == autumn + datetime.timedelta(hours=8)  # a duration is elapsed time

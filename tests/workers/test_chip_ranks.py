@@ -113,6 +113,15 @@ def test_the_rendezvous_port_is_held_from_the_plan_on_so_nothing_else_can_take_i
     run.release()
 
 
+def test_the_rendezvous_listens_on_loopback_only_so_no_other_host_can_reach_the_ranks_store() -> None:
+    # torch.distributed's store has no authentication: on every address, any host reaching the VM could write its keys.
+    run = ChipRun.plan(STAND_IN, "v6e", 4, "eager")
+    try:
+        assert run.rendezvous.getsockname() == ("127.0.0.1", run.master_port)
+    finally:
+        run.release()
+
+
 def test_a_chip_port_that_was_taken_is_passed_over_and_each_rank_picks_below_the_ephemeral_range_from_its_own_share() -> None:
     with socket.socket() as squatter:
         squatter.bind(("", 0))

@@ -166,10 +166,12 @@ class TpuMagics(Magics):
     def tpu_release(self, line: str) -> None:
         """End the stale processes holding the TPU's device files (e.g. workers of an earlier kernel): SIGTERM, then SIGKILL.
 
-        Stale: the kernel or shell it was started from is gone. A live one
-        (another notebook's kernel or run, a job started from a cell) is
-        listed with its parent, age and CPU use, and ended only when named
-        (`%tpu_release PID`) or with --all. Never this kernel or a process it
+        Stale: started from a notebook kernel that is gone (a fork of it, or
+        anything a cell started). A live one (another notebook's kernel or
+        run, a job started from a cell, one whose shell exited with nothing
+        showing a notebook started it, such as `nohup python train.py &`
+        over SSH) is listed with its parent, age and CPU use, and ended only
+        when named (`%tpu_release PID`) or with --all. Never this kernel or a process it
         runs under, never another user's process, never this kernel's running
         run (stop it through its cell or handle). Says what it ended, and
         whether SIGKILL was needed.
@@ -202,12 +204,11 @@ class TpuMagics(Magics):
         Guide: docs/guides/selftest.md
         """
         args = parse_argstring(self.tpu_selftest, line)
-        try:
-            os.makedirs(args.out, exist_ok=True)
-        except OSError as error:
-            raise UsageError(
-                f"--out {args.out}: cannot make that directory ({error.strerror}): give a directory you can write to."
-            ) from None
+        from tpu_nb.selftest.report import report_problem
+
+        problem = report_problem(args.out, f"--out {args.out}")
+        if problem is not None:
+            raise UsageError(problem)  # now, not once the series ran: its report would be lost
         from tpu_nb.selftest import run  # the checks and their workloads load only when asked for
         from tpu_nb.selftest.series import CHECKS
         from tpu_nb.selftest.table import LiveTable

@@ -10,12 +10,20 @@ A process belongs to the session it was started in: a kernel starts one of
 its own (jupyter_client starts kernels with `start_new_session`), a terminal
 another, and whatever a cell starts, forked workers or `!nohup ... &` alike,
 stays in its kernel's session even once re-parented to init. So a holder is
-stale when its session's leader is gone (the kernel or shell it was started
-from exited), or when it is a copy forked from a kernel (the same command
-line) that no longer runs under it (a tpu_nb worker or supervisor whose
-run ended without it). Everything else is live: what shares this kernel's
-session (it runs, since we do), and what belongs to a session whose leader
-is outside this container (session 0 here: `docker exec`, some notebook
+stale when it is a copy forked from a kernel (the same command line) that
+no longer runs under it (a tpu_nb worker or supervisor whose run ended
+without it), or when its session's leader is gone and it was started from
+a notebook kernel: a fork of one (its command line is a kernel's: tpu_nb's
+workers and supervisors, a cell's multiprocessing), or anything a cell
+started (its environment holds JPY_PARENT_PID, which jupyter_client gives
+every kernel). Its parent chain cannot tell (an orphan's parent is init),
+nor could a mark tpu_nb set in its workers (they are forked, and /proc
+shows the environment a process was exec'd with, not what it set since).
+A holder whose shell is gone with no such sign (`nohup python train.py &`
+over SSH, then logging out) may run on purpose: it is live, for the user
+to name. Everything else is live too: what shares this kernel's session
+(it runs, since we do), and what belongs to a session whose leader is
+outside this container (session 0 here: `docker exec`, some notebook
 images), because nothing here can tell whether that leader still runs.
 """
 
@@ -33,6 +41,8 @@ from tpu_nb.runtime.system import OpenedBy, SystemView
 
 TPU_DEVICE_NODE = re.compile(r"/dev/(accel\d+|vfio/\d+)")
 COMMAND_WIDTH = 100  # characters of a command line shown; a kernel's or a worker's runs far longer
+KERNEL_MARK = "JPY_PARENT_PID"
+"""In every kernel's environment (jupyter_client's launcher sets it, on POSIX), so in everything a cell starts."""
 
 
 class Origin(str, Enum):
@@ -75,7 +85,7 @@ class DeviceHolder:
 
     @property
     def stale(self) -> bool:
-        """Whether `%tpu_release` ends it without being asked: not this kernel's, and its kernel or parent is gone."""
+        """Whether `%tpu_release` ends it without being asked: not this kernel's, and the notebook kernel it came from is gone."""
         return self.stale_because is not None
 
     @property
@@ -197,13 +207,28 @@ def _standing(system: SystemView, pid: int, session: int | None, started_at: flo
         return None, "started from this notebook"  # our session runs (we are in it), whether or not its leader still does
     leader_started = system.process_started_at(session)
     if leader_started is None or (started_at is not None and leader_started > started_at):  # gone, or its pid a newer process's
-        return f"the kernel or shell it was started from (session {session}) has exited", None
+        sign = _kernel_sign(system, pid, arguments)
+        if sign is not None:
+            return f"the notebook kernel it was started from (session {session}) has exited ({sign})", None
+        return None, (
+            f"orphaned: the shell or program it was started from (session {session}) has exited, and nothing shows a notebook "
+            "kernel started it (a job left running on purpose, such as `nohup python train.py &` over SSH?)"
+        )
     leader = system.command_line(session)
     if arguments and arguments == leader and session not in _ancestors(system, pid):
         return f"a copy forked from {kernel_name(session, leader)} that no longer runs under it (a worker of an ended run)", None
     if is_kernel(leader):
         return None, "started from another notebook, " + kernel_name(session, leader)
     return None, f"started from pid {session} ({_shortened(leader, None)}), which still runs"
+
+
+def _kernel_sign(system: SystemView, pid: int, arguments: tuple[str, ...]) -> str | None:
+    """What shows that process `pid` was started from a notebook kernel, or None."""
+    if is_kernel(arguments):
+        return "it is a fork of that kernel: its command line"
+    if KERNEL_MARK in system.process_environment(pid):
+        return f"its environment holds the kernel's {KERNEL_MARK}"
+    return None
 
 
 def _ancestors(system: SystemView, pid: int) -> frozenset[int]:

@@ -148,6 +148,24 @@ class SystemView:
             return None
         return int(boot) + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: start time, in ticks since boot
 
+    def process_start_ticks(self, pid: int) -> int | None:
+        """When process `pid` started, in clock ticks after boot (None if it exited): with its pid, this names one process
+        of this boot, which the pid alone does not once the process is gone and its number went to another."""
+        fields = self._stat_fields(pid)
+        return None if fields is None else int(fields[19])  # field 22: start time
+
+    def own_pid_namespace(self) -> str | None:
+        """Where this process's pid counts: its boot and pid namespace ("BOOT-ID pid:[4026531836]"), or None when /proc cannot
+        say it, or is another pid namespace's (mounted from outside this one: what it says of a pid is not of ours)."""
+        try:
+            if os.readlink(self.proc_root / "self") != str(self.own_pid):
+                return None
+            namespace = os.readlink(self.proc_root / "self" / "ns" / "pid")
+        except OSError:
+            return None
+        boot = self.read_text(self.proc_root / "sys" / "kernel" / "random" / "boot_id")
+        return None if not boot else f"{boot} {namespace}"
+
     def process_session(self, pid: int) -> int | None:
         """The session process `pid` belongs to (the pid of the session's leader: a kernel, a shell), or None if it exited."""
         fields = self._stat_fields(pid)
@@ -182,6 +200,16 @@ class SystemView:
             return ()
         arguments = raw.decode("utf-8", errors="replace").split("\0")
         return tuple(arguments[:-1] if arguments[-1] == "" else arguments)  # each argument ends with a NUL
+
+    def process_environment(self, pid: int) -> dict[str, str]:
+        """The environment process `pid` was started with (as exec'd: a variable set later is not there); empty when it
+        cannot be read (another user's process, an exited one)."""
+        try:
+            raw = (self.proc_root / str(pid) / "environ").read_bytes()
+        except OSError:
+            return {}
+        pairs = (entry.partition("=") for entry in raw.decode("utf-8", errors="replace").split("\0") if entry)
+        return {name: value for name, _, value in pairs}
 
     def named_as_viewed(self, path: str) -> str:
         """A path as the viewed machine names it: one under dev_root is "/dev/..." (so test device files count as devices)."""

@@ -21,10 +21,16 @@ def run(quick: bool = False, out: str | Path | None = ".", observe: Callable[[Ch
     Each check is a real run within its own time limit; one that cannot run
     here is skipped, saying why. `report.failed` lists what failed, each with
     what went wrong and the fix; attach the written `tpu_nb-selftest-*.json`
-    to a bug report. `out=None` writes nothing.
+    to a bug report. `out=None` writes nothing; a directory no report can be written to is refused before any check
+    runs (`LaunchRefused`).
     """
+    from tpu_nb.kernel.endings.notebook_errors import refused
+    from tpu_nb.selftest.report import report_problem
     from tpu_nb.selftest.runner import run_checks
 
+    problem = None if out is None else report_problem(out, f"out={str(out)!r}")
+    if problem is not None:
+        raise refused(problem, by="tpu_nb's selftest")
     report = run_checks(quick=quick, observe=observe or (lambda result: None))
     if out is not None:
         report.write(out)

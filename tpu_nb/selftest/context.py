@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,11 +59,17 @@ class Context:
         options = {"progress": False, "timeout": self.remaining(), **options}
         return launch_observed(fn, args, options, [recorder], self.write), recorder
 
-    def start(self, fn: Callable[..., Any], *args: Any, **options: Any) -> tuple[BackgroundRun, Recorder]:
-        """The same in the background: its handle at once, and its events as they come."""
+    @contextmanager
+    def started(self, fn: Callable[..., Any], *args: Any, **options: Any) -> Iterator[tuple[BackgroundRun, Recorder]]:
+        """The same in the background: its handle at once, and its events as they come; the run is ended on leaving,
+        however the check went (a check that failed or was interrupted midway left its run holding the device)."""
         recorder = Recorder()
         options = {"progress": False, "timeout": self.remaining(), "background": True, **options}
-        return launch_observed(fn, args, options, [recorder], self.write), recorder
+        handle = launch_observed(fn, args, options, [recorder], self.write)
+        try:
+            yield handle, recorder
+        finally:
+            handle.kill()  # at once for a run that has ended
 
     def wait_for(self, condition: Callable[[], bool], what: str, fix: str) -> float:
         """Wait until `condition()` within the check's limit; the seconds it took. `CheckFailed` (what, fix) if it never came."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -83,3 +84,17 @@ class SelftestReport:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(self.to_json(), encoding="utf-8")
         return path
+
+
+def report_problem(directory: str | Path, named: str) -> str | None:
+    """Why no report can be written into `directory` (made if missing), said as `named` ("--out DIR"); None if one can.
+
+    Asked before the series runs: a directory found unwritable at its end lost minutes of checks' report.
+    """
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as error:
+        return f"{named}: cannot write the report there ({error.strerror or error}): give a directory you can write to."
+    return None

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
-import tempfile
+import shutil
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
+from tpu_nb.kernel.run.leftovers import private_directory
 from tpu_nb.runtime import detect
 from tpu_nb.runtime.info import RuntimeInfo
 from tpu_nb.selftest.context import Context
@@ -40,18 +40,19 @@ def run_checks(
     info = detect()
     chosen = [check for check in checks if check.quick or not quick]
     results: list[CheckResult] = []
-    with tempfile.TemporaryDirectory(prefix="tpu_nb-selftest-") as scratch:
-        context = Context(info, Path(scratch))
-        handler = _LogLines(context.log)
-        logger = logging.getLogger("tpu_nb")
-        logger.addHandler(handler)
-        try:
-            for check in chosen:
-                result = run_check(check, context)
-                results.append(result)
-                observe(result)
-        finally:
-            logger.removeHandler(handler)
+    # Named as a run's directories are: a selftest killed midway leaves it to the next run's cleanup.
+    context = Context(info, private_directory("selftest"))
+    handler = _LogLines(context.log)
+    logger = logging.getLogger("tpu_nb")
+    logger.addHandler(handler)
+    try:
+        for check in chosen:
+            result = run_check(check, context)
+            results.append(result)
+            observe(result)
+    finally:
+        logger.removeHandler(handler)
+        shutil.rmtree(context.scratch, ignore_errors=True)
     return SelftestReport(started_at, runtime_facts(info), tuple(results), tuple(context.log))
 
 

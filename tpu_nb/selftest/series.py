@@ -212,11 +212,11 @@ def stopping(context: Context, system: SystemView | None = None, after_steps: in
     `system`: where to look for processes holding the TPU after the hard stop (this machine's, by default).
     """
     figures: dict[str, Figure] = {}
-    handle, recorder = context.start(workloads.stoppable_loop)
-    context.wait_for(lambda: any((row.get("step") or 0) >= after_steps for row in handle.metrics), f"step {after_steps}", ATTACH)
-    asked = time.monotonic()
-    handle.stop()
-    result = handle.wait(context.remaining())
+    with context.started(workloads.stoppable_loop) as (handle, recorder):
+        context.wait_for(lambda: any((row.get("step") or 0) >= after_steps for row in handle.metrics), f"step {after_steps}", ATTACH)
+        asked = time.monotonic()
+        handle.stop()
+        result = handle.wait(context.remaining())
     figures["graceful_stop_s"] = round(time.monotonic() - asked, 2)
     agreed = {event.step for event in recorder.of(Stopping)}
     figures["stopped_at_step"] = result["stopped_at"]
@@ -226,11 +226,11 @@ def stopping(context: Context, system: SystemView | None = None, after_steps: in
         )
     if abs(workloads.checksum(result["model"].state_dict().values()) - result["checksum"]) > 1e-9:
         raise CheckFailed(f"the model came back from the graceful stop with other weights than the worker's: {ATTACH}", figures)
-    handle, spinning = context.start(workloads.spin)
-    context.wait_for(lambda: bool(spinning.of(WorkerStarted)), "the run's start", ATTACH)
-    asked = time.monotonic()
-    handle.kill()
-    figures["hard_stop_s"] = round(time.monotonic() - asked, 2)
+    with context.started(workloads.spin) as (handle, spinning):
+        context.wait_for(lambda: bool(spinning.of(WorkerStarted)), "the run's start", ATTACH)
+        asked = time.monotonic()
+        handle.kill()
+        figures["hard_stop_s"] = round(time.monotonic() - asked, 2)
     holders = tpu_device_holders(system or SystemView.current())
     if holders:
         pids = " ".join(str(holder.pid) for holder in holders)
@@ -291,11 +291,8 @@ def checkpoints(context: Context, steps: int = 6) -> CheckOutcome:
 def watchdog(context: Context, threshold: float = 3.0, stall_step: int = 5) -> CheckOutcome:
     """The watchdog names a stall planted on one rank at its line."""
     stall_rank = context.info.devices - 1
-    handle, recorder = context.start(planted.stalled_loop, stall_rank, stall_step, watchdog=f"{threshold:g}s")
-    try:
+    with context.started(planted.stalled_loop, stall_rank, stall_step, watchdog=f"{threshold:g}s") as (_, recorder):
         seconds = context.wait_for(lambda: bool(recorder.of(StackReport)), "the watchdog's report", ATTACH)
-    finally:
-        handle.kill()
     report = recorder.of(StackReport)[0]
     place = planted.place_of("one rank stalls")
     figures: dict[str, Figure] = {"threshold_s": threshold, "report_after_s": round(seconds, 2), "stalled_rank": stall_rank}

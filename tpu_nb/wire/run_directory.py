@@ -5,7 +5,7 @@
     <run>/tpu_nb/         a copy of tpu_nb, so the hosts need only torch, torch_xla and the cells' libraries
     <run>/stop            the graceful stop, delivered to every host: the step to stop at (`request_shell`)
     <run>/stacks-request  a request for every worker's stacks: its number, each new one higher (`request_shell`)
-    <run>/host.pgid       the process group a host's run leads, for the hard stop (`kill_shell`)
+    <run>/host.pgid       the process group a host's run leads and its leader's start, for the hard stop (`kill_shell`)
     <run>/results/        rank 0's results (`tpu_nb.wire.results`), copied to the run's gs:// location
 
 The notebook writes the directory (`tpu_nb.kernel.pod.program`), copies it
@@ -143,17 +143,34 @@ def read_stacks_request(directory: Path) -> int | None:
 
 
 def kill_shell(directory: str) -> str:
-    """Shell text that ends a host's run at once: its process group (`host.pgid`), SIGTERM then SIGKILL."""
+    """Shell text that ends a host's run at once: its process group (`host.pgid`), SIGTERM then SIGKILL.
+
+    Only while that group is still the run's: its leader runs, as the same process that wrote the file (the same
+    start, /proc/PID/stat's field 22; a group's id is its leader's pid, which goes to another process once the
+    leader is gone). A file that outlived its host is said and ignored: nothing is signalled.
+    """
     return (
-        f"cd {shlex.quote(directory)} 2>/dev/null && test -f {GROUP_FILE} && group=$(cat {GROUP_FILE}) && "
+        f"{{ cd {shlex.quote(directory)} 2>/dev/null && test -f {GROUP_FILE}; }} || exit 0; "
+        f"read group started < {GROUP_FILE}; "
+        'case "$group" in ""|*[!0-9]*) group=0;; esac; '
+        # The fields after the command's name (in parentheses, which may hold spaces): the start is the 20th.
+        'stat=$(cat /proc/$group/stat 2>/dev/null); set -- ${stat##*") "}; '
+        'if [ "$group" != 0 ] && [ -n "$started" ] && [ "${20}" = "$started" ]; then '
         # `kill -SIG -PGID`, without `--`: dash (Debian's sh) refuses `--` there, bash takes both.
-        "{ kill -TERM -$group 2>/dev/null; sleep 2; kill -KILL -$group 2>/dev/null; }; true"
+        "kill -TERM -$group 2>/dev/null; sleep 2; kill -KILL -$group 2>/dev/null; "
+        f'else echo "tpu_nb: {GROUP_FILE} in $(pwd) on $(hostname) names process group $group, which is no longer this run '
+        '(its leader has exited, or its pid now belongs to another process): nothing was signalled."; fi'
     )
 
 
-def write_group(directory: Path, pgid: int) -> None:
-    """On a host: the process group its run leads, for `kill_shell`."""
-    (directory / GROUP_FILE).write_text(str(pgid))
+def write_group(directory: Path, pgid: int, started: int) -> None:
+    """On a host: the process group its run leads, and when its leader started (clock ticks after boot), for `kill_shell`."""
+    (directory / GROUP_FILE).write_text(f"{pgid} {started}\n")
+
+
+def forget_group(directory: Path) -> None:
+    """On a host whose run ended: no group to end any more."""
+    (directory / GROUP_FILE).unlink(missing_ok=True)
 
 
 def upload(local: Path, url: str) -> None:

@@ -53,8 +53,12 @@ _DEADLINE_HELP = "give a duration such as 8h30m, or a clock time such as 21:00 (
 
 def parse_deadline(text: str, now: datetime.datetime) -> datetime.datetime:
     """When `--deadline` falls, as an aware time: a duration from `now` ("8h30m"), or a clock time, today or else
-    tomorrow, in this machine's zone ("21:00": `now`'s zone; UTC on Colab and Kaggle) or the one it names
-    ("21:00+02:00", "21:00 UTC")."""
+    tomorrow, in this machine's zone ("21:00": UTC on Colab and Kaggle) or the one it names ("21:00+02:00",
+    "21:00 UTC").
+
+    This machine's zone counts at the offset in force on the deadline's own day: across a daylight-saving change,
+    tomorrow's 20:00 is not today's offset from UTC (an hour off).
+    """
     now = now if now.tzinfo is not None else now.astimezone()
     clock = _CLOCK_TIME.fullmatch(text.strip())
     if clock is None:
@@ -66,10 +70,16 @@ def parse_deadline(text: str, now: datetime.datetime) -> datetime.datetime:
             raise UnitError(f"--deadline {text}: that is more than a year away; {_DEADLINE_HELP}.")
         return now + datetime.timedelta(seconds=seconds)
     hour, minute, second = int(clock[1]), int(clock[2]), int(clock[3] or 0)
-    zone = _zone(clock[4]) if clock[4] else now.tzinfo
-    if hour > 23 or minute > 59 or second > 59 or zone is None:
+    zone = _zone(clock[4]) if clock[4] else None
+    if hour > 23 or minute > 59 or second > 59 or (clock[4] and zone is None):
         raise UnitError(f"--deadline {text}: {_DEADLINE_HELP}.")
-    at = now.astimezone(zone).replace(hour=hour, minute=minute, second=second, microsecond=0)
+    time_of_day = datetime.time(hour, minute, second)
+    if zone is None:
+        # A naive time made aware by astimezone() takes the local offset in force at that time, not now's.
+        today = now.astimezone().date()
+        at = datetime.datetime.combine(today, time_of_day).astimezone()
+        return at if at > now else datetime.datetime.combine(today + datetime.timedelta(days=1), time_of_day).astimezone()
+    at = datetime.datetime.combine(now.astimezone(zone).date(), time_of_day, zone)
     return at if at > now else at + datetime.timedelta(days=1)
 
 

@@ -17,7 +17,8 @@ the execution mode, joins the process group ("tpu_dist") and sees its chip as
 
 Ports are never probed in one process and bound seconds later in another
 (torch_tpu's launcher does that, with portpicker): the rendezvous's socket
-is bound and listening from the plan on, and the supervisor serves
+is bound (on the loopback address only: the store has no authentication)
+and listening from the plan on, and the supervisor serves
 torch.distributed's store from it once it forked the ranks (so the store
 outlives every rank); each rank picks its chip's port
 itself, from below the host's ephemeral range (where no outgoing connection
@@ -123,9 +124,13 @@ class ChipRun:
 
 
 def listening_socket() -> socket.socket:
-    """A TCP socket listening on a port the system chose, on every address (the ranks connect to 127.0.0.1)."""
+    """A TCP socket listening on a port the system chose, on the loopback address only, where the ranks connect.
+
+    torch.distributed's store authenticates nobody: bound to every address, any host that reaches the VM (GCP's
+    default network lets the project's other machines in) could write the ranks' keys for the whole run.
+    """
     listener = socket.socket()
-    listener.bind(("", 0))
+    listener.bind(("127.0.0.1", 0))
     listener.listen()
     return listener
 

@@ -25,13 +25,23 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tpu_nb.runtime.signals import send_group_signal
-from tpu_nb.runtime.system import installed_version
+from tpu_nb.runtime.system import SystemView, installed_version
 from tpu_nb.runtime.versions import release, same_release
 from tpu_nb.wire.events import Notice
 from tpu_nb.wire.host_lines import HostEnded, LineWriter
 from tpu_nb.wire.limits import cap_text
 from tpu_nb.wire.results import ResultPlaces, index_file
-from tpu_nb.wire.run_directory import MATCHED_PACKAGES, RESULTS, Cell, Manifest, read_stacks_request, read_stop, upload, write_group
+from tpu_nb.wire.run_directory import (
+    MATCHED_PACKAGES,
+    RESULTS,
+    Cell,
+    Manifest,
+    forget_group,
+    read_stacks_request,
+    read_stop,
+    upload,
+    write_group,
+)
 from tpu_nb.wire.shared_memory_stop import StopRequest
 from tpu_nb.wire.stacks import StackAnswer
 from tpu_nb.wire.worker_exceptions import ExceptionReport, load_exceptions
@@ -52,7 +62,11 @@ def run_host(namespace: dict[str, Any], prepared: Sequence[Cell], train: Cell) -
     run_dir = Path(namespace["__file__"]).resolve().parent
     leads_group = _lead_process_group(run_dir)
     writer = LineWriter(os.dup(sys.stdout.fileno()), host_index(), on_broken=_end_host if leads_group else None)
-    sys.exit(_run_host(run_dir, writer, namespace, prepared, train))
+    try:
+        status = _run_host(run_dir, writer, namespace, prepared, train)
+    finally:
+        forget_group(run_dir)  # its processes are gone: nothing for the notebook's Kill to end
+    sys.exit(status)
 
 
 def host_index(environ: dict[str, str] | None = None) -> int:
@@ -142,7 +156,9 @@ def _lead_process_group(run_dir: Path) -> bool:
         pass  # a session leader (ssh started us with exec) leads its group already
     if os.getpgrp() != os.getpid():
         return False
-    write_group(run_dir, os.getpid())
+    started = SystemView.current().process_start_ticks(os.getpid())
+    if started is not None:  # else no file: what it names could not be told from a later process of that pid
+        write_group(run_dir, os.getpid(), started)
     return True
 
 

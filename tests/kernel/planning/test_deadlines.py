@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 
 import pytest
+from support.clock import BERLIN, machine_zone
 from support.platforms import MakeSystem
 
 from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
@@ -33,6 +34,17 @@ def test_a_deadline_is_the_users_or_on_kaggles_tpu_the_sessions_end(make_system:
     colab = dataclasses.replace(detect(make_system("colab_v5e_1")), started_at=NOW - 3600)
     assert deadline_for(None, colab, now=NOW) is None  # Colab says nothing of its end
     assert deadline_for(None, dataclasses.replace(kaggle, started_at=None), now=NOW) is None
+
+
+@machine_zone(BERLIN)
+def test_a_clock_deadline_across_a_daylight_saving_change_falls_at_that_days_clock_time() -> None:
+    saturday_evening = datetime.datetime(2026, 3, 28, 20, 30).timestamp()  # the clocks go forward tonight
+    deadline = deadline_for("20:00", None, now=saturday_evening)
+    assert deadline is not None
+    # 20:00 summer time on Sunday, not 20:00 at Saturday's offset (an hour late).
+    assert datetime.datetime.fromtimestamp(deadline.at, datetime.timezone.utc) == datetime.datetime(
+        2026, 3, 29, 18, 0, tzinfo=datetime.timezone.utc
+    )
 
 
 def test_the_stop_comes_early_enough_for_the_stop_and_the_last_save_and_says_when() -> None:

@@ -30,8 +30,9 @@ from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.backends.tpu_vm import TpuVmSlice
 from tpu_nb.kernel.pod.pod_run import PodRun
 from tpu_nb.kernel.pod.program import PodProgram, write_run_directory
+from tpu_nb.runtime.system import SystemView
 from tpu_nb.wire.events import Event, Heartbeat, Output, Progress, Stalled, Stopping, WorkerStarted
-from tpu_nb.wire.run_directory import Cell
+from tpu_nb.wire.run_directory import Cell, write_group
 from tpu_nb.wire.stacks import StackReport, WatchdogSetting
 
 PREPARE = """\
@@ -387,13 +388,15 @@ def test_a_run_still_running_on_the_slice_is_refused_with_its_command_or_ended_o
     stale = pod.home(1) / "tpu_nb_runs" / "my-slice-1201-101010"
     stale.mkdir(parents=True)
     left = subprocess.Popen(["sleep", "600"], cwd=stale, start_new_session=True)  # a host's train.py, its kernel gone
-    (stale / "host.pgid").write_text(str(left.pid))
+    started = SystemView.current().process_start_ticks(left.pid)
+    assert started is not None
+    write_group(stale, left.pid, started)
     try:
         result, _ = run_cell(ip, "%%tpu_train --pod my-slice --no-progress\n1")
         message = str(result.error_in_exec)
         assert isinstance(result.error_in_exec, LaunchRefused)
         assert "a tpu_nb run is still running on my-slice: my-slice-1201-101010" in message
-        assert "gcloud compute tpus tpu-vm ssh my-slice --worker=all '--command=cd tpu_nb_runs/my-slice-1201-101010" in message
+        assert "gcloud compute tpus tpu-vm ssh my-slice --worker=all '--command={ cd tpu_nb_runs/my-slice-1201-101010" in message
         assert "--kill-stale" in message and left.poll() is None
         assert not any("scp" in call for call in pod.calls())  # nothing was copied
         result, captured = run_cell(ip, "%%tpu_train --pod my-slice --no-progress --kill-stale\n1 + 1")
@@ -403,6 +406,26 @@ def test_a_run_still_running_on_the_slice_is_refused_with_its_command_or_ended_o
     finally:
         left.kill()
         left.wait()
+
+
+def test_ending_a_run_signals_no_group_its_file_no_longer_names_and_says_so(pod: SimulatedSlice) -> None:
+    stale = pod.home(1) / "tpu_nb_runs" / "my-slice-1201-101010"
+    stale.mkdir(parents=True)
+    someone_elses = subprocess.Popen(["sleep", "600"], start_new_session=True)  # leads the group whose id the file holds
+    started = SystemView.current().process_start_ticks(someone_elses.pid)
+    assert started is not None
+    write_group(stale, someone_elses.pid, started - 100)  # written by the run's leader, which had that pid before
+    try:
+        said = TpuVmSlice(pod.name).end("my-slice-1201-101010")  # what --kill-stale and Kill run
+        assert someone_elses.poll() is None  # never signalled
+    finally:
+        someone_elses.kill()
+        someone_elses.wait()
+    assert said.startswith(f"tpu_nb: host.pgid in {stale} on ")
+    assert said.endswith(
+        f"names process group {someone_elses.pid}, which is no longer this run (its leader has exited, or its pid now belongs to another process): nothing was signalled."
+    )
+    assert len(said.splitlines()) == 1  # host 0 has no such run: nothing to say
 
 
 @pytest.mark.parametrize("name", ["x;id>pwned;", "../outside", "a/b", "My-Slice", "-dash", "x" * 64, "ends-"])

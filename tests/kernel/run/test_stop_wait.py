@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from tpu_nb.kernel.run.stop_wait import MARGIN, StopClock
+import pytest
+
+from tpu_nb.kernel.run.stop_wait import MARGIN, PHASE_CEILING, PHASE_FIRST, PHASE_MARGIN, PHASE_SLACK, StopClock
 from tpu_nb.wire.checkpoints import CheckpointPlan, Every
 from tpu_nb.wire.events import CheckpointSaved, Heartbeat, Progress, WorkerStarted
+from tpu_nb.wire.units import format_duration
 
 
 def heartbeat(rank: int, step: int | None, phase: str = "train", compiling: float | None = None) -> Heartbeat:
@@ -55,14 +58,14 @@ def test_steps_heard_only_in_heartbeats_count_per_step() -> None:
     assert clock.wait(0.0, 3.5).seconds == 5.0  # quick steps: the grace is the floor
 
 
-def test_a_compilation_or_an_evaluation_in_progress_is_waited_for_however_long() -> None:
+def test_a_compilation_or_an_evaluation_in_progress_is_waited_for_as_it_runs() -> None:
     clock = StopClock(grace=5.0)
     clock.on_event(Progress(0, 1, {}), 0.0)
     clock.on_event(Progress(0, 2, {}), 1.0)
     clock.on_event(heartbeat(1, 2, compiling=40.0), 100.0)  # rank 1 compiles a new graph
     wait = clock.wait(requested_at=60.0, now=100.5)
     assert wait.busy == "compiling (for 40s)" and wait.since == 100.5 and wait.until > 100.5
-    assert "a rank is compiling (for 40s); then up to 5s for the step boundary" in wait.text(5.0)
+    assert "a rank is compiling (for 40s), waited for up to 15m00s from its start; then up to 5s for the step boundary" in wait.text(5.0)
     clock.on_event(heartbeat(1, 2), 101.0)  # compiled: the wait counts again from the last busy heartbeat
     wait = clock.wait(requested_at=60.0, now=102.0)
     assert wait.busy is None and wait.since == 100.0 and wait.until == 105.0
@@ -103,3 +106,53 @@ def test_warm_up_steps_that_compiled_stand_for_a_step_only_until_later_ones_are_
     warming.on_event(Progress(0, 1, {}), 0.0)
     warming.on_event(Progress(0, 2, {}), 12.0)
     assert warming.planned(13.0) is None and warming.wait(13.0, 13.0).seconds == MARGIN * 2 * 12.0  # the stop still waits
+
+
+def hard_stop_time(clock: StopClock, requested_at: float, rank_says: str, from_second: int, seconds: int = 7200) -> float | None:
+    """When a stop asked at `requested_at` ends the run hard while rank 1 says `rank_says` every second from `from_second` on."""
+    for second in range(from_second, from_second + seconds):
+        clock.on_event(heartbeat(1, 2, rank_says), float(second))
+        now = second + 0.5
+        if now >= requested_at and now > clock.wait(requested_at, now).until:
+            return now
+    return None
+
+
+def test_an_evaluation_that_never_ends_is_waited_for_a_bounded_time_from_its_start_then_the_stop_is_hard() -> None:
+    clock = StopClock(grace=5.0)
+    clock.on_event(Progress(0, 1, {}), 0.0)
+    clock.on_event(Progress(0, 2, {}), 1.0)  # one-second steps: the step boundary is waited for the grace, 5 s
+    # The first evaluation of the run, hung: waited for PHASE_FIRST from its start, then the step boundary's wait.
+    ended = hard_stop_time(clock, requested_at=200.0, rank_says="eval", from_second=100)
+    assert ended is not None and 100 + PHASE_FIRST + 5.0 <= ended <= 100 + PHASE_FIRST + 6.0
+    wait = clock.wait(200.0, 300.0)
+    assert wait.busy == "evaluating" and wait.text(5.0).startswith(
+        "stopping at the next step boundary every worker reaches after step 2: a rank is evaluating, "
+        f"waited for up to {format_duration(PHASE_FIRST)} from its start; then up to 5s for the step boundary"
+    )
+
+
+def test_an_evaluation_is_waited_for_twice_as_long_as_the_longest_one_before_it_and_never_past_the_ceiling() -> None:
+    clock = StopClock(grace=5.0)
+    clock.on_event(Progress(0, 1, {}), 0.0)
+    clock.on_event(Progress(0, 2, {}), 1.0)
+    for second in range(10, 40):  # an evaluation heard for 30 s...
+        clock.on_event(heartbeat(1, 2, "eval"), float(second))
+    clock.on_event(heartbeat(1, 2), 40.0)  # ...and over
+    ended = hard_stop_time(clock, requested_at=100.0, rank_says="eval", from_second=100)  # the next one hangs
+    assert ended is not None and ended == pytest.approx(100 + PHASE_MARGIN * 30 + PHASE_SLACK + 5.0, abs=1.0)
+    slow = StopClock(grace=5.0)
+    for second in range(0, 3 * 3600, 60):  # an evaluation of three hours (heard once a minute here)...
+        slow.on_event(heartbeat(1, 2, "eval"), float(second))
+    slow.on_event(heartbeat(1, 2), 3 * 3600.0)
+    ended = hard_stop_time(slow, requested_at=20_000.0, rank_says="eval", from_second=20_000, seconds=10 * 3600)
+    assert ended is not None and ended == pytest.approx(20_000 + PHASE_CEILING + 5.0, abs=1.0)  # not six hours
+
+
+def test_a_compilation_counts_from_when_it_began_as_its_heartbeat_says() -> None:
+    clock = StopClock(grace=5.0)
+    clock.on_event(heartbeat(1, 2, compiling=PHASE_FIRST + 100.0), 2000.0)  # compiling since long before the stop
+    wait = clock.wait(requested_at=2000.0, now=2000.5)
+    assert (
+        wait.busy is not None and wait.busy.startswith("compiling") and wait.until == 2000.0 + 5.0
+    )  # past its bound: the grace, then hard

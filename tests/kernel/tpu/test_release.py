@@ -53,6 +53,30 @@ def test_ends_the_stale_holder_and_leaves_what_this_kernel_started(fake_tpu: Fak
     assert f"pid {orphan} (" in text and "): ended by SIGTERM" in text
 
 
+def test_an_orphan_a_notebook_kernel_started_is_ended_and_one_a_shell_left_is_listed_for_the_user_to_name(fake_tpu: FakeTpu) -> None:
+    # Both lost their session's leader. One is a dead kernel's worker; the other a `nohup python train.py &` started over
+    # SSH before logging out: nothing shows it is a notebook's, and it may be training on purpose.
+    from_kernel = fake_tpu.hold_as_orphan("accel0")
+    from_shell = fake_tpu.hold_as_orphan("accel1", from_kernel=False)
+
+    release = release_tpu(fake_tpu.view(), None, grace=5, signal_with=fake_tpu.signal_with)
+
+    ended, left = ours(release, fake_tpu)
+    assert list(ended) == [from_kernel] and not fake_tpu.alive(from_kernel)
+    assert list(left) == [from_shell] and fake_tpu.alive(from_shell)
+    assert [pid for pid, _ in fake_tpu.sent if pid == from_shell] == []  # never signalled
+    assert left[from_shell].reason.startswith("live: orphaned: the shell or program it was started from (session ")
+    assert left[from_shell].reason.endswith(
+        "has exited, and nothing shows a notebook kernel started it (a job left running on purpose, such as `nohup python "
+        "train.py &` over SSH?)"
+    )
+    assert left[from_shell].fix == f"%tpu_release {from_shell} ends it (%tpu_release --all: every live holder)"
+    text, _ = describe_release(release)
+    assert f"pid {from_shell} (" in text and f"Fix: %tpu_release {from_shell} ends it" in text
+    named = release_tpu(fake_tpu.view(), None, named=(from_shell,), grace=5, signal_with=fake_tpu.signal_with)
+    assert from_shell in ours(named, fake_tpu)[0] and not fake_tpu.alive(from_shell)  # named: ended
+
+
 def test_one_that_ignores_sigterm_needs_sigkill(fake_tpu: FakeTpu) -> None:
     stuck = fake_tpu.hold_as_orphan("vfio/0", ignore_term=True)
 
@@ -86,7 +110,7 @@ def test_a_dry_run_lists_and_signals_nothing(fake_tpu: FakeTpu) -> None:
     assert release.ended == () and not fake_tpu.sent and fake_tpu.alive(orphan)
     text, markup = describe_release(release)
     assert text.startswith("Would end ") and "(dry run: nothing was signalled):" in text
-    assert "stale: the kernel or shell it was started from (session " in text and "<li>pid " in markup
+    assert "stale: the notebook kernel it was started from (session " in text and "<li>pid " in markup
 
 
 def write(root: Path, relative: str, text: str) -> None:
@@ -96,8 +120,10 @@ def write(root: Path, relative: str, text: str) -> None:
 
 
 def fake_process(root: Path, pid: int, parent: int, uid: int, holds: str | None = "/dev/accel0", session: int = 50) -> None:
-    """A process in a fake /proc (in session 50, the kernel's server's, unless told), started 60 s after boot."""
+    """A process in a fake /proc (in session 50, the kernel's server's, unless told), started 60 s after boot, from a notebook
+    kernel (its environment has jupyter_client's JPY_PARENT_PID)."""
     write(root, f"proc/{pid}/status", f"State:\tS (sleeping)\nPPid:\t{parent}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
+    write(root, f"proc/{pid}/environ", "JPY_PARENT_PID=50\0")
     ticks = os.sysconf("SC_CLK_TCK")
     write(root, f"proc/{pid}/stat", f"{pid} (python3) S {parent} {pid} {session} " + "0 " * 15 + f"{60 * ticks} 0 0\n")
     write(root, f"proc/{pid}/cmdline", f"python3\0proc{pid}.py\0")

@@ -159,17 +159,17 @@ def test_a_loop_checkpoint_names_no_best(tmp_path: Path) -> None:
 
 
 def test_temporary_directories_are_never_taken_for_a_dead_kernels_pid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tpu_nb.kernel.run.leftovers import remove_left_behind
+    from tpu_nb.kernel.run.leftovers import private_directory
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    # mkdtemp's random part is letters and digits: sometimes all digits, which kernel/run/leftovers.py reads as a pid.
+    # mkdtemp's random part is letters and digits: sometimes all digits, which kernel/run/leftovers.py once read as a pid.
     monkeypatch.setattr(tempfile, "_get_candidate_names", lambda: iter(f"{number:08d}" for number in range(10**7, 10**8)))
     memory = fsspec.filesystem("memory")
     memory.pipe("/digits/checkpoint-4/state.pt", b"state")
     copy = local_copy("memory://digits/checkpoint-4", ranks=1)
     trainer = Path(trainer_directory("memory://digits"))
     with Staged("memory://digits", 5) as staging:
-        remove_left_behind(tmp_path)  # another kernel clears what dead kernels left
+        private_directory("", tmp_path)  # another kernel clears what dead kernels left
         assert staging.is_dir() and copy.is_dir() and trainer.is_dir()
     assert copy.parent.name == f"tpu_nb-checkpoint-copy-{os.getpid()}-10000000"
     assert trainer.name.startswith(f"tpu_nb-checkpoint-trainer-{os.getpid()}-1")

@@ -124,8 +124,9 @@ OPTIONS: tuple[Option, ...] = (
         float,
         5.0,
         "After an interrupt (or .stop()), wait at least this long for the workers to reach a step boundary before ending "
-        "them; a run whose steps, evaluations, saves or compilations take longer is waited for as long as they take, "
-        "learned as it runs.",
+        "them; a run whose steps take longer is waited for as long as they take, learned as it runs, and an evaluation, "
+        "save or compilation in progress for twice the longest of its kind so far (15 minutes for the first, an hour at "
+        "most, and at least this long).",
         metavar="SECONDS",
     ),
     Option(

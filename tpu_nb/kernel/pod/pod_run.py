@@ -212,9 +212,12 @@ class PodRun(FollowedRun):
         """End the run on every host, then the local stream."""
         assert self._process is not None and self._lines is not None
         try:
-            self.backend.end(self.run.name)
+            said = self.backend.end(self.run.name)
         except commands.CommandFailed as error:
             self._write("stderr", f"tpu_nb: could not end the run on every host ({error}); check them yourself.\n")
+        else:
+            if said:  # a host whose group file outlived it: its processes, if any, were not ended
+                self._write("stderr", f"{said}\n  Check that host yourself (%tpu_release there ends what holds its TPU).\n")
         commands.end(self._process)
         self._take_events(0)
 

@@ -165,8 +165,9 @@ def _stale_problems(backend: PodBackend | None, stale: list[str], target: PodTar
         return []
     if target.kill_stale:
         for run_name in stale:
-            backend.end(run_name)
-            write("stderr", f"tpu_nb: ended the run {run_name} that was still running on {target.name} (--kill-stale).\n")
+            said = backend.end(run_name)
+            ended = f"tpu_nb: ended the run {run_name} that was still running on {target.name} (--kill-stale)"
+            write("stderr", f"{ended}, but for what its hosts said:\n{said}\n" if said else f"{ended}.\n")
         return []
     ending = "; ".join(shlex.join(command) for run_name in stale for command in backend.end_commands(run_name))
     return [

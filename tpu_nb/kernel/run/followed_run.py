@@ -132,10 +132,9 @@ class FollowedRun(ABC):
             saving = ", with a checkpoint" if self.options.checkpoints is not None else ""
             self._write("stderr", f"tpu_nb: stopping now{saving}: {self._deadline_text()}.\n")
         elif self._stop_requested_at is not None and not self._stop_reached() and now > self.stop_wait().until:
-            # No step boundary in the time a step takes (a loop without report(), a rank that hangs): stop hard.
-            self._write(
-                "stderr", f"tpu_nb: no step boundary within {self.stop_wait().seconds:.0f}s of the stop: ending every worker now.\n"
-            )
+            # No step boundary in the time a step takes (a loop without report(), a rank that hangs, a long phase past its
+            # bound): stop hard.
+            self._write("stderr", f"tpu_nb: {self.stop_wait().overrun_text()}\n")
             self._end_now("interrupt")
 
     def _announce_stop(self) -> None:

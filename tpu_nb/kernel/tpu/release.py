@@ -1,9 +1,10 @@
 """`%tpu_release`: end the stale processes holding the TPU (SIGTERM, then SIGKILL), and say what was ended and what was left.
 
-Stale: its kernel or parent is gone (`runtime.device_holders`). A live
-holder (another notebook's kernel or run, a `nohup` job started from a
-cell) is listed with what it is and ended only when named
-(`%tpu_release PID`) or with `--all`. Never the kernel or a process it runs
+Stale: the notebook kernel it was started from is gone
+(`runtime.device_holders`). A live holder (another notebook's kernel or
+run, a `nohup` job started from a cell, an orphan nothing shows a notebook
+started, such as `nohup python train.py &` over SSH) is listed with what it
+is and ended only when named (`%tpu_release PID`) or with `--all`. Never the kernel or a process it runs
 under, never another user's process, and never this kernel's running run
 (stop it through its cell or handle). Every signal goes through
 `runtime.signals`: to the process chosen, and only while it still holds the

@@ -6,8 +6,8 @@ written locally and uploaded with its record last. Until the record is there,
 a checkpoint does not count. A resume reads a URL's checkpoint from a local
 copy (`local_copy`), fetched once per host whatever the number of ranks.
 Temporary directories are named `tpu_nb-checkpoint-KIND-PID-...`, which
-the kernel's cleanup of dead kernels' directories (`tpu_nb-[KIND-]PID-...`,
-kernel/run/leftovers.py) never reads as a kernel's pid: "checkpoint" and KIND
+the kernel's cleanup of dead kernels' directories (`tpu_nb-[KIND-]PID-START-PLACE-...`,
+kernel/run/leftovers.py) never reads as a kernel's: "checkpoint" and KIND
 are words.
 """
 

@@ -4,7 +4,7 @@ Each module names the failure or the cost it removes, measured, and changes
 only the forked worker's copy of the library, never the notebook's:
 hub_kernels (transformers' hub kernels, unknown to XLA), checkpointing
 (activation checkpointing through torch_xla's own), autocast (attention under
-bf16 autocast), causal_masks (decoder masks without a host sync).
+bf16 autocast), causal_masks (decoder masks without a host sync), experts (mixture-of-experts layers).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from tpu_nb.workers.import_hooks import when_imported
 from tpu_nb.workers.xla_mends.autocast import attention_in_autocast_dtype
 from tpu_nb.workers.xla_mends.causal_masks import MASKS_MODULE, trace_xla_masks
 from tpu_nb.workers.xla_mends.checkpointing import checkpoint_through_torch_xla
+from tpu_nb.workers.xla_mends.experts import MOE_MODULE, eager_experts_on_xla
 from tpu_nb.workers.xla_mends.hub_kernels import keep_hub_kernels_off_xla
 
 
@@ -22,3 +23,4 @@ def mend_libraries_for_xla() -> None:
     checkpoint_through_torch_xla()
     attention_in_autocast_dtype()
     when_imported(MASKS_MODULE, trace_xla_masks)
+    when_imported(MOE_MODULE, eager_experts_on_xla)

@@ -156,10 +156,11 @@ class GkeSlice:
     def kill(self, run: RunDirectory) -> None:
         self.end(run.name)
 
-    def end(self, run_name: str) -> None:
-        """Delete run `run_name` from the cluster, even if the user interrupts meanwhile."""
+    def end(self, run_name: str) -> str:
+        """Delete run `run_name` from the cluster, even if the user interrupts meanwhile (nothing to say: "")."""
         for command in self.end_commands(run_name):
             commands.run_despite_interrupts(command)
+        return ""
 
     def fetch_results(self, run: RunDirectory, into: Path) -> Path:
         """Copy the results host 0 saved at the run's gs:// location into `into`."""

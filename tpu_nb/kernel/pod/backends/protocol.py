@@ -28,8 +28,9 @@ class PodBackend(Protocol):
         """Write request file `name` holding `number` in the run's directory on every host (`run_directory.request_shell`)."""
         ...
 
-    def end(self, run_name: str) -> None:
-        """End run `run_name` everywhere (on every host, in the cluster): this one, or one a dead kernel left."""
+    def end(self, run_name: str) -> str:
+        """End run `run_name` everywhere (on every host, in the cluster): this one, or one a dead kernel left; what the hosts
+        said of it for the user (a `host.pgid` that outlived its host, ignored), or ""."""
         ...
 
     def end_commands(self, run_name: str) -> list[list[str]]:

@@ -142,9 +142,10 @@ class TpuVmSlice:
     def kill(self, run: RunDirectory) -> None:
         self.end(run.name)
 
-    def end(self, run_name: str) -> None:
-        """End run `run_name` on every host."""
-        commands.run(self.kill_command(run_name))
+    def end(self, run_name: str) -> str:
+        """End run `run_name` on every host; what they said of it (a `host.pgid` that outlived its host, ignored)."""
+        said = commands.run(self.kill_command(run_name))
+        return "\n".join(line for line in said.splitlines() if line.startswith("tpu_nb: "))
 
     def end_commands(self, run_name: str) -> list[list[str]]:
         """What `end` runs: for a notebook whose kernel may die, and for the user to run."""
