@@ -245,8 +245,10 @@ def test_a_rank_that_starts_evaluating_after_the_stop_was_announced_is_announced
     notes = [event.text for event in run.delivered if isinstance(event, Notice)]
     assert len(notes) == 2, notes
     assert notes[0].startswith("stopping at the next step boundary every worker reaches after step 1: within 0.2s")
-<<<<<<< HEAD
-    assert notes[1].startswith("stopping at the next step boundary every worker reaches after step 1: a rank is evaluating; then up to")
+    assert notes[1].startswith(
+        "stopping at the next step boundary every worker reaches after step 1: a rank is evaluating, waited for up to 15m00s from its start; "
+        "then up to"
+    )
 
 
 def test_a_run_log_path_the_os_cannot_take_is_said_and_the_run_still_ends_with_its_ending(capsys: pytest.CaptureFixture[str]) -> None:
@@ -256,9 +258,3 @@ def test_a_run_log_path_the_os_cannot_take_is_said_and_the_run_still_ends_with_i
     follow(run)
     assert run.finish().status == "done"
     assert "tpu_nb: the run log runs\0log/runs.jsonl could not be written (embedded null byte)" in capsys.readouterr().err
-=======
-    assert notes[1].startswith(
-        "stopping at the next step boundary every worker reaches after step 1: a rank is evaluating, waited for up to 15m00s from its start; "
-        "then up to"
-    )
->>>>>>> fault-misc
