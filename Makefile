@@ -40,7 +40,12 @@ QUICKSTART_IN_BROWSER := $(if $(wildcard /usr/lib/chromium/chromium),--deselect 
 # else every process compiles tpu_nb's and the tests' sources again (each kernel, simulated pod host and tutorial),
 # and every xdist worker rewrites the asserts of every test module (a worker's collection: 14.2 CPU-seconds, 11.4 with them found).
 # The files go to __pycache__ (.gitignore), as a user's own runs write them.
-TEST_ENV := PJRT_DEVICE=CPU PYTHONDONTWRITEBYTECODE=
+# XLA:CPU compiles each graph with LLVM's full optimisation, which is most of what the tests' workers spend: the tests
+# check what tpu_nb does, not how fast XLA's CPU code runs, so they compile at level 0 without LLVM's expensive passes
+# (tests/real_kernel/test_tpu_train_kernel.py and tests/workers/trainer/test_hook.py: 110 CPU-seconds, 59 with them).
+# Benchmarks and `make demo` keep XLA's defaults.
+TEST_XLA_FLAGS := --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true
+TEST_ENV := PJRT_DEVICE=CPU PYTHONDONTWRITEBYTECODE= XLA_FLAGS="$(TEST_XLA_FLAGS)"
 
 # The tutorials, executed whole (tests/notebooks: each notebook in a real kernel; the quick start in JupyterLab), are
 # `make test-tutorials`: a third of the suite's CPU time (400 of 1,240 CPU-seconds measured), in eight tests of 40-160 s.
