@@ -26,13 +26,14 @@ GATHERS = ("gather_for_metrics", "gather")
 class DeferredValue:
     """A metric's device tensor, standing in for the number TRL would have read from it."""
 
-    __slots__ = ("tensor",)
+    __slots__ = ("number", "tensor")
 
-    def __init__(self, tensor: Any) -> None:
+    def __init__(self, tensor: Any, number: bool = False) -> None:
         self.tensor = tensor
+        self.number = number  # stands for what `.item()` returned: a Python number, not a tensor
 
     def item(self) -> DeferredValue:
-        return self
+        return DeferredValue(self.tensor, number=True)
 
     def sum(self, *args: Any, **kwargs: Any) -> DeferredValue:
         return DeferredValue(self.tensor.sum(*args, **kwargs))
@@ -41,23 +42,23 @@ class DeferredValue:
         return DeferredValue(self.tensor.float().mean(*args, **kwargs))
 
     def __add__(self, other: Any) -> DeferredValue:
-        return DeferredValue(self.tensor + _tensor(other))
+        return DeferredValue(self.tensor + _tensor(other), self.number)
 
     __radd__ = __add__
 
     def __sub__(self, other: Any) -> DeferredValue:
-        return DeferredValue(self.tensor - _tensor(other))
+        return DeferredValue(self.tensor - _tensor(other), self.number)
 
     def __mul__(self, other: Any) -> DeferredValue:
-        return DeferredValue(self.tensor * _tensor(other))
+        return DeferredValue(self.tensor * _tensor(other), self.number)
 
     __rmul__ = __mul__
 
     def __truediv__(self, other: Any) -> DeferredValue:
-        return DeferredValue(_guarded_division(self.tensor, _tensor(other)))
+        return DeferredValue(_guarded_division(self.tensor, _tensor(other)), self.number)
 
     def __floordiv__(self, other: Any) -> DeferredValue:
-        return DeferredValue(self.tensor // _tensor(other))
+        return DeferredValue(self.tensor // _tensor(other), self.number)
 
     def __gt__(self, other: Any) -> bool:
         return True  # `x / n if n > 0 else 0.0`: the division is guarded instead (0 where n is 0)
@@ -70,7 +71,7 @@ class DeferredValue:
 
     def __getattr__(self, name: str) -> Any:
         # What TRL does with a value beyond the patterns above: read it now, as it would have.
-        return getattr(self.tensor.item(), name)
+        return getattr(self.tensor.item() if self.number else self.tensor, name)
 
     def __repr__(self) -> str:
         return f"DeferredValue({self.tensor!r})"
