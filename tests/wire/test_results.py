@@ -67,6 +67,14 @@ def test_the_index_is_plain_json_and_module_weights_load_without_unpickling(tmp_
         load_result(tmp_path, 0)
 
 
+def test_module_weights_keep_the_adapters_a_worker_added_in_the_json_index(tmp_path: Path) -> None:
+    adapters = {"default": {"peft_type": "LORA", "r": 4, "target_modules": ["q_proj", "v_proj"]}}
+    save_result(RankResult(None, False, {"model": ModuleWeights(torch.nn.Linear(3, 2).state_dict(), adapters)}), ResultPlaces(tmp_path), 0)
+    assert json.loads(index_file(tmp_path, 0).read_text())["parts"][0]["adapters"] == adapters  # no pickle carries them
+    back = load_result(tmp_path, 0, pickled=False)
+    assert back is not None and back.returned["model"].adapters == adapters
+
+
 class _RunsCode:
     def __reduce__(self) -> tuple[object, tuple[str]]:
         return (print, ("this ran in the kernel",))
