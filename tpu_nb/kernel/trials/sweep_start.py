@@ -20,8 +20,16 @@ from tpu_nb.kernel.planning.worlds import WorldsUnavailable, plan_worlds
 from tpu_nb.kernel.trials.board import SweepBoard
 from tpu_nb.kernel.trials.comparison import MetricChoice, MetricError, TrialRow, compare, default_metric
 from tpu_nb.kernel.trials.spec import Trial, TrialSpecError, parse_trials
-from tpu_nb.kernel.trials.sweep import Sweep, TrialOutcome, TrialWatch, Watches
-from tpu_nb.kernel.trials.sweep_record import FINISHED, finished_trials, record_trial, trial_directory
+from tpu_nb.kernel.trials.sweep import Sweep, TrialOutcome, TrialWatch
+from tpu_nb.kernel.trials.sweep_record import (
+    FINISHED,
+    SweepRecord,
+    finished_trials,
+    read_record,
+    record_path,
+    trial_directory,
+    write_record,
+)
 from tpu_nb.kernel.trials.sweep_result import SweepResult
 from tpu_nb.runtime import detect
 from tpu_nb.wire.checkpoints import list_checkpoints
@@ -66,7 +74,15 @@ def run_sweep(
     checkpoint = saving["checkpoint"] or (resume if isinstance(resume, str) and resume else None)  # --resume DIR continues there
     if checkpoint is None:
         plan_checkpoints(None, saving["every"], saving["keep"], resume, saving["budget"])  # refuses what needs --checkpoint
-    done_before = finished_trials(_resume_source(checkpoint, resume), plan.trials) if checkpoint is not None and resume else {}
+    record = read_record(checkpoint) if checkpoint is not None else SweepRecord()
+    source = _resume_source(checkpoint, resume) if checkpoint is not None and resume else None
+    source_record = record if source in (None, checkpoint) else read_record(source)
+    for problem in dict.fromkeys(found.problem for found in (record, source_record) if found.problem is not None):
+        write(
+            "stderr",
+            f"tpu_nb: {problem}: read as no record (--resume reruns every trial, each from its checkpoints); replaced as trials end.\n",
+        )
+    done_before = finished_trials(source_record, plan.trials) if source is not None else {}
     to_run = [trial for trial in plan.trials if trial.number not in done_before]
     options = {trial.number: _trial_options(base, trial, checkpoint, saving) for trial in to_run}
     board = SweepBoard(plan.trials, worlds, None if plan.metric is None else plan.metric.name, title, write, shown=options_given.progress)
@@ -79,8 +95,8 @@ def run_sweep(
         board.ended(outcome)
     watches: list[TrialWatch] = [board]
     if checkpoint is not None:
-        watches.append(_Recorder(checkpoint))
-    sweep = Sweep(to_run, program_for, lambda trial: options[trial.number], worlds, title, Watches(*watches), write)
+        watches.insert(0, _Recorder(checkpoint, record, write))  # a trial's record first: nothing else may cost it
+    sweep = Sweep(to_run, program_for, lambda trial: options[trial.number], worlds, title, watches, write)
     ran = {outcome.trial.number: outcome for outcome in [*earlier, *sweep.run()]}
     outcomes = [ran[trial.number] for trial in plan.trials]
     rows = [TrialRow(outcome.trial, outcome.status, outcome.where, outcome.final, outcome.seconds) for outcome in outcomes]
@@ -116,11 +132,27 @@ def _has_checkpoints(directory: str) -> bool:
 
 
 class _Recorder(TrialWatch):
-    """Each finished trial into the sweep's record, so that a resume skips it."""
+    """Each ended trial into the sweep's record, so that a resume skips it; a directory that refuses the record is said once."""
 
-    def __init__(self, checkpoint: str) -> None:
+    what = "record"
+
+    def __init__(self, checkpoint: str, record: SweepRecord, write: Write) -> None:
         self._checkpoint = checkpoint
+        self._record = record
+        self._write = write
+        self._refused = False
 
     def ended(self, outcome: TrialOutcome) -> None:
-        if outcome.ending is not None:
-            record_trial(self._checkpoint, outcome.trial, FINISHED if outcome.status == "done" else outcome.status, outcome.final)
+        if outcome.ending is None:
+            return
+        self._record = self._record.with_trial(outcome.trial, FINISHED if outcome.status == "done" else outcome.status, outcome.final)
+        try:
+            write_record(self._checkpoint, self._record)
+        except OSError as error:
+            if not self._refused:
+                self._refused = True
+                self._write(
+                    "stderr",
+                    f"tpu_nb: the sweep's record {record_path(self._checkpoint)} could not be written ({error}); the trials go on, "
+                    "and --resume reruns those it does not record.\n",
+                )
