@@ -21,6 +21,7 @@ from tpu_nb.kernel.trials.spec import Trial, parse_trials
 from tpu_nb.kernel.trials.sweep import TrialOutcome, TrialWatch, Watches
 from tpu_nb.kernel.trials.sweep_record import RECORD
 from tpu_nb.kernel.trials.sweep_start import plan_sweep, run_sweep
+from tpu_nb.kernel.trials.trial_record import record_values
 from tpu_nb.workers.programs import FunctionProgram
 
 STARTUP = 60
@@ -218,7 +219,7 @@ def refused_in_the_kernel(
         if os.getpid() == kernel and matches(args):
             matched[0] += 1
             if only is None or matched[0] == only:
-                code = {"open": errno.EIO, "fork": errno.EAGAIN}.get(name, errno.ENOSPC)
+                code = {"open": errno.EIO, "fork": errno.EAGAIN, "rename": errno.EROFS, "mkdir": errno.EROFS}.get(name, errno.ENOSPC)
                 raise OSError(code, os.strerror(code), str(args[0]) if args else None)
         return real(*args, **kwargs)
 
@@ -317,3 +318,41 @@ def test_an_error_in_the_sweep_itself_ends_the_running_trials_and_says_which_had
     )
     assert json.loads((tmp_path / RECORD).read_text())["trials"]["0"]["status"] == "done"
     assert wait_until(lambda: not descendants(os.getpid()), timeout=10)
+
+
+def test_a_resumed_trial_whose_values_changed_starts_from_scratch_its_old_checkpoints_moved_aside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checkpoints, marks = tmp_path / "checkpoints", tmp_path / "marks"
+    marks.mkdir()
+    first = tpu_nb.launch(checkpointed, str(marks), trials=[{"n": 1, "lr": 0.2}], checkpoint=str(checkpoints), every="2steps")
+    assert [outcome.status for outcome in first.trials] == ["failed"]
+    trained = sorted(path.name for path in (checkpoints / "trial-0").iterdir())
+    capsys.readouterr()
+    changed = [{"n": 1, "lr": 0.3}]  # the grid changed: trial 0 is another configuration now
+    resumed = tpu_nb.launch(checkpointed, str(marks), trials=changed, checkpoint=str(checkpoints), every="2steps", resume=True)
+    assert [outcome.status for outcome in resumed.trials] == ["done"]
+    assert resumed.values[0]["start"] == 0  # from scratch, not from lr=0.2's checkpoint
+    assert sorted(path.name for path in (checkpoints / "trial-0.earlier-1").iterdir()) == trained  # kept, moved aside
+    assert (
+        f"tpu_nb: trial #0 (n=1 lr=0.3): {checkpoints}/trial-0 was trained with {{'n': 1, 'lr': 0.2}}: moved to "
+        f"{checkpoints}/trial-0.earlier-1, and the trial starts from scratch." in capsys.readouterr().err
+    )
+
+
+def a_trial_directory_trained_with(directory: Path, values: str) -> None:
+    """What a sweep leaves in a trial's directory: its checkpoints (one, enough to count) and the values that trained them."""
+    (directory / "checkpoint-2").mkdir(parents=True)
+    record_values(str(directory), parse_trials(values)[0])
+
+
+def test_a_refused_resume_leaves_a_changed_trials_directory_where_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a_trial_directory_trained_with(tmp_path / "trial-0", "lr=0.2")
+    with pytest.raises(LaunchRefused, match="--every soon"):
+        tpu_nb.launch(quick, trials="lr=0.3", checkpoint=str(tmp_path), resume=True, every="soon")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["trial-0"]
+    for call in ("rename", "mkdir"):  # a directory the system will not let change (a read-only mount)
+        refused_in_the_kernel(monkeypatch, os, call, lambda args: str(args[0]).startswith(str(tmp_path)))
+    with pytest.raises(LaunchRefused, match=f"--resume: {tmp_path}/trial-0 was trained with other values and could not be moved aside"):
+        tpu_nb.launch(quick, trials="lr=0.3", checkpoint=str(tmp_path), resume=True)
+    assert not descendants(os.getpid())

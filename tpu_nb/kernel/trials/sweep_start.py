@@ -7,7 +7,7 @@ Everything that can be refused is checked before the first trial starts.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,7 @@ from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.planning.checkpoint_plans import plan_checkpoints
 from tpu_nb.kernel.planning.declared_options import OPTION_NAMED
 from tpu_nb.kernel.planning.options import LaunchOptions
-from tpu_nb.kernel.planning.worlds import WorldsUnavailable, plan_worlds
+from tpu_nb.kernel.planning.worlds import World, WorldsUnavailable, plan_worlds
 from tpu_nb.kernel.trials.board import SweepBoard
 from tpu_nb.kernel.trials.comparison import MetricChoice, MetricError, TrialRow, compare, default_metric
 from tpu_nb.kernel.trials.spec import Trial, TrialSpecError, parse_trials
@@ -31,6 +31,7 @@ from tpu_nb.kernel.trials.sweep_record import (
     write_record,
 )
 from tpu_nb.kernel.trials.sweep_result import SweepResult
+from tpu_nb.kernel.trials.trial_record import move_aside, move_back, record_values, trained_with
 from tpu_nb.runtime import detect
 from tpu_nb.wire.checkpoints import list_checkpoints
 from tpu_nb.workers.programs import Program
@@ -84,7 +85,7 @@ def run_sweep(
         )
     done_before = finished_trials(source_record, plan.trials) if source is not None else {}
     to_run = [trial for trial in plan.trials if trial.number not in done_before]
-    options = {trial.number: _trial_options(base, trial, checkpoint, saving) for trial in to_run}
+    options = _plan_trials(base, to_run, checkpoint, saving, write)
     board = SweepBoard(plan.trials, worlds, None if plan.metric is None else plan.metric.name, title, write, shown=options_given.progress)
     earlier = [
         TrialOutcome(trial, EARLIER, None, None, ({"step": None, **done_before[trial.number]},), None)
@@ -105,15 +106,66 @@ def run_sweep(
     return SweepResult(outcomes, comparison)
 
 
-def _trial_options(base: LaunchOptions, trial: Trial, checkpoint: str | None, saving: Mapping[str, Any]) -> LaunchOptions:
-    """A trial's options: the sweep's, with checkpoints (and a resume) in its own directory under `checkpoint`."""
+def _plan_trials(
+    base: LaunchOptions, trials: Sequence[Trial], checkpoint: str | None, saving: Mapping[str, Any], write: Write
+) -> dict[int, LaunchOptions]:
+    """Each trial's options: the sweep's, with checkpoints in its own directory under `checkpoint`, and a resume from the
+    checkpoints its values trained (a trial whose values changed starts from scratch; its own directory is moved aside)."""
     if checkpoint is None:
-        return base
-    resume = saving["resume"]
-    source = _resume_source(checkpoint, resume)
-    # A trial the earlier run never checkpointed starts afresh; one that did resumes from its own newest.
+        return {trial.number: base for trial in trials}
+    source = _resume_source(checkpoint, saving["resume"])
+    options, changed = {}, []
+    for trial in trials:
+        directory = trial_directory(source, trial)
+        trained = trained_with(directory) if saving["resume"] and _has_checkpoints(directory) else None
+        if trained is not None and trained.unknown is None and not trained.same_as(trial):
+            changed.append((trial, trained))
+            continue
+        if trained is not None and trained.unknown is not None:
+            write(
+                "stderr",
+                f"tpu_nb: trial #{trial.number} ({trial.label}) continues from {directory}; what trained it cannot be checked: "
+                f"{trained.unknown}.\n",
+            )
+        options[trial.number] = _trial_options(base, trial, checkpoint, source, resumes=trained is not None, saving=saving)
+    moved: list[tuple[str, str]] = []
+    try:
+        for trial, _ in changed:
+            directory = trial_directory(source, trial)
+            if source == checkpoint:  # its checkpoints are in the way of a fresh start: kept, under another name
+                moved.append((directory, move_aside(directory)))
+            options[trial.number] = _trial_options(base, trial, checkpoint, source, resumes=False, saving=saving)
+    except BaseException as error:
+        for directory, aside in reversed(moved):  # a refusal leaves every directory as it was
+            move_back(aside, directory)
+        if isinstance(error, OSError):
+            raise refused(
+                f"--resume: {directory} was trained with other values and could not be moved aside ({error}): move it away "
+                "yourself to start that trial afresh, or give another --checkpoint directory."
+            ) from None
+        raise
+    aside_of = dict(moved)
+    for trial, trained in changed:
+        directory = trial_directory(source, trial)
+        fresh = (
+            f"moved to {aside_of[directory]}"
+            if directory in aside_of
+            else f"left as it is; it runs in {trial_directory(checkpoint, trial)}"
+        )
+        write(
+            "stderr",
+            f"tpu_nb: trial #{trial.number} ({trial.label}): {directory} was trained with {trained.values}: {fresh}, "
+            "and the trial starts from scratch.\n",
+        )
+    return options
+
+
+def _trial_options(
+    base: LaunchOptions, trial: Trial, checkpoint: str, source: str, resumes: bool, saving: Mapping[str, Any]
+) -> LaunchOptions:
+    """A trial's options: checkpoints in `checkpoint`'s directory of the trial; with `resumes`, from its newest in `source`'s."""
     resume_from: str | bool | None = None
-    if resume and _has_checkpoints(trial_directory(source, trial)):
+    if resumes:
         resume_from = trial_directory(source, trial) if source != checkpoint else True
     plan = plan_checkpoints(trial_directory(checkpoint, trial), saving["every"], saving["keep"], resume_from, saving["budget"])
     return dataclasses.replace(base, checkpoints=plan)
@@ -132,7 +184,8 @@ def _has_checkpoints(directory: str) -> bool:
 
 
 class _Recorder(TrialWatch):
-    """Each ended trial into the sweep's record, so that a resume skips it; a directory that refuses the record is said once."""
+    """Each trial's values into its directory as it starts, and its end into the sweep's record, so that a resume checks the
+    first and skips the finished trials; a directory that refuses either is said once."""
 
     what = "record"
 
@@ -141,6 +194,20 @@ class _Recorder(TrialWatch):
         self._record = record
         self._write = write
         self._refused = False
+        self._values_refused = False
+
+    def started(self, trial: Trial, world: World) -> None:
+        directory = trial_directory(self._checkpoint, trial)
+        try:
+            record_values(directory, trial)
+        except OSError as error:
+            if not self._values_refused:
+                self._values_refused = True
+                self._write(
+                    "stderr",
+                    f"tpu_nb: trial #{trial.number}'s values could not be recorded in {directory} ({error}); a --resume cannot "
+                    "check what trained its checkpoints.\n",
+                )
 
     def ended(self, outcome: TrialOutcome) -> None:
         if outcome.ending is None:
