@@ -18,11 +18,11 @@ and then the trials that finished are listed first.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
 from tpu_nb.kernel.endings.run_ending import Ending
@@ -57,14 +57,29 @@ class TrialOutcome:
     @property
     def final(self) -> Mapping[str, float]:
         """The last value of every metric the trial reported."""
-        last: dict[str, float] = {}
-        for row in self.metrics:
-            last.update({name: value for name, value in row.items() if name not in ("step", "epoch") and isinstance(value, int | float)})
-        return MappingProxyType(last)
+        return final_of(self.metrics)
 
     @property
     def error(self) -> BaseException | None:
         return None if self.ending is None else self.ending.error
+
+
+def final_of(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, float]:
+    """The last value of every metric in a trial's reported rows."""
+    last: dict[str, float] = {}
+    for row in rows:
+        last.update({name: value for name, value in row.items() if name not in ("step", "epoch") and isinstance(value, int | float)})
+    return MappingProxyType(last)
+
+
+class Returns(Protocol):
+    """What keeps a sweep's `--return` values apart from its outcomes (`sweep_returns.HeldReturns`)."""
+
+    def to_load(self, trial: Trial, final: Mapping[str, float]) -> Collection[str]:
+        """Trial `trial`'s results came back (it reported `final`): the `--return` names to load."""
+
+    def take(self, outcome: TrialOutcome) -> TrialOutcome:
+        """Keep what the ended trial returned that is wanted; its outcome without any returned value."""
 
 
 class TrialWatch:
@@ -152,6 +167,7 @@ class Sweep:
         title: str,
         watches: Sequence[TrialWatch] = (),
         write: Write = write_to_sys,
+        returns: Returns | None = None,
     ) -> None:
         self.trials = tuple(trials)
         self.title = title
@@ -160,6 +176,7 @@ class Sweep:
         self._worlds = tuple(worlds)
         self._watch = Watches(watches, write)
         self._write = write
+        self._returns = returns  # None: a trial's outcome keeps all it returned
         self._stopping = False
         self._deadline_came = False  # a trial was stopped by the deadline they share: no queued one starts
         self._label = sweep_label(title)
@@ -215,7 +232,10 @@ class Sweep:
         observers: list[RunObserver] = [metrics, _Forwarded(trial, self._watch)]
         logged = {"trial": dict(trial.values), "sweep": self._label}
         title = f"{self.title} trial #{trial.number}"
-        run = Run(self._program_for(trial), self._options_for(trial), title, observers, _prefixed(self._write, trial), world, logged)
+        returns = self._returns
+        to_load = None if returns is None else lambda: returns.to_load(trial, final_of(metrics.rows))
+        program, options, write = self._program_for(trial), self._options_for(trial), _prefixed(self._write, trial)
+        run = Run(program, options, title, observers, write, world, logged, to_load)
         try:
             run.start()
         except LaunchRefused as refusal:
@@ -265,7 +285,9 @@ class Sweep:
             )
 
     def _ended(self, outcome: TrialOutcome, outcomes: dict[int, TrialOutcome]) -> None:
-        """Keep the trial's outcome, then tell the watches (its record first)."""
+        """Keep the trial's outcome (its returned values apart), then tell the watches (its record first)."""
+        if self._returns is not None:
+            outcome = self._returns.take(outcome)
         outcomes[outcome.trial.number] = outcome
         self._watch.ended(outcome)
 

@@ -31,6 +31,7 @@ from tpu_nb.kernel.trials.sweep_record import (
     write_record,
 )
 from tpu_nb.kernel.trials.sweep_result import SweepResult
+from tpu_nb.kernel.trials.sweep_returns import HeldReturns
 from tpu_nb.kernel.trials.trial_record import move_aside, move_back, record_values, trained_with
 from tpu_nb.runtime import detect
 from tpu_nb.wire.checkpoints import list_checkpoints
@@ -59,9 +60,16 @@ def plan_sweep(trials: Any, cores_per_trial: int, metric: str | None, namespace:
 
 
 def run_sweep(
-    plan: SweepPlan, program_for: Callable[[Trial], Program], run_options: Mapping[str, Any], title: str, write: Write = write_to_sys
-) -> SweepResult:
-    """Run the plan's trials side by side (`run_options`: the run options as given, `declared_options`' names)."""
+    plan: SweepPlan,
+    program_for: Callable[[Trial], Program],
+    run_options: Mapping[str, Any],
+    title: str,
+    write: Write = write_to_sys,
+    returns: Sequence[str] = (),
+    return_best: Sequence[str] = (),
+) -> tuple[SweepResult, HeldReturns]:
+    """Run the plan's trials side by side (`run_options`: the run options as given, `declared_options`' names); the result,
+    and the `--return` (every trial's) and `--return-best` values held for `hand_back_sweep`."""
     plain = {**run_options, **{name: OPTION_NAMED[name].default for name in CHECKPOINT_OPTIONS}}
     options_given = LaunchOptions.from_user(**plain)
     base = dataclasses.replace(options_given, progress=False)  # the sweep's board shows every trial
@@ -97,13 +105,18 @@ def run_sweep(
     watches: list[TrialWatch] = [board]
     if checkpoint is not None:
         watches.insert(0, _Recorder(checkpoint, record, write))  # a trial's record first: nothing else may cost it
-    sweep = Sweep(to_run, program_for, lambda trial: options[trial.number], worlds, title, watches, write)
+    held = HeldReturns(returns, return_best, plan.metric, [_row(outcome) for outcome in earlier])
+    sweep = Sweep(to_run, program_for, lambda trial: options[trial.number], worlds, title, watches, write, held)
     ran = {outcome.trial.number: outcome for outcome in [*earlier, *sweep.run()]}
     outcomes = [ran[trial.number] for trial in plan.trials]
-    rows = [TrialRow(outcome.trial, outcome.status, outcome.where, outcome.final, outcome.seconds) for outcome in outcomes]
+    rows = [_row(outcome) for outcome in outcomes]
     comparison = compare(rows, plan.metric or default_metric(rows))
     board.finish(comparison)
-    return SweepResult(outcomes, comparison)
+    return SweepResult(outcomes, comparison), held
+
+
+def _row(outcome: TrialOutcome) -> TrialRow:
+    return TrialRow(outcome.trial, outcome.status, outcome.where, outcome.final, outcome.seconds)
 
 
 def _plan_trials(
