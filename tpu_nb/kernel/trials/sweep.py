@@ -97,33 +97,34 @@ class TrialWatch:
 class Watches(TrialWatch):
     """Several watches told the same, in order, each on its own: one that fails is said once and the others are still told."""
 
-    def __init__(self, watches: Sequence[TrialWatch], write: Write) -> None:
+    def __init__(self, watches: Sequence[TrialWatch] = (), write: Write = write_to_sys) -> None:
         self._watches = tuple(watches)
         self._write = write
         self._failed: set[int] = set()
 
     def started(self, trial: Trial, world: World) -> None:
         for watch in self._watches:
-            with self._told(watch):
+            with self.told(watch):
                 watch.started(trial, world)
 
     def on_event(self, trial: Trial, event: Event) -> None:
         for watch in self._watches:
-            with self._told(watch):
+            with self.told(watch):
                 watch.on_event(trial, event)
 
     def ended(self, outcome: TrialOutcome) -> None:
         for watch in self._watches:
-            with self._told(watch):
+            with self.told(watch):
                 watch.ended(outcome)
 
     def refresh(self) -> None:
         for watch in self._watches:
-            with self._told(watch):
+            with self.told(watch):
                 watch.refresh()
 
     @contextmanager
-    def _told(self, watch: TrialWatch) -> Iterator[None]:
+    def told(self, watch: TrialWatch) -> Iterator[None]:
+        """Around telling `watch` anything: what it raises is said (once), not passed on."""
         try:
             yield
         # A watch only shows or records: whatever it raises (a frontend's display call, a chart's drawing, a file) must
@@ -165,7 +166,7 @@ class Sweep:
         options_for: Callable[[Trial], LaunchOptions],
         worlds: Sequence[World],
         title: str,
-        watches: Sequence[TrialWatch] = (),
+        watches: Watches | None = None,
         write: Write = write_to_sys,
         returns: Returns | None = None,
     ) -> None:
@@ -174,7 +175,7 @@ class Sweep:
         self._program_for = program_for
         self._options_for = options_for
         self._worlds = tuple(worlds)
-        self._watch = Watches(watches, write)
+        self._watch = watches or Watches((), write)
         self._write = write
         self._returns = returns  # None: a trial's outcome keeps all it returned
         self._stopping = False

@@ -20,7 +20,7 @@ from tpu_nb.kernel.planning.worlds import World, WorldsUnavailable, plan_worlds
 from tpu_nb.kernel.trials.board import SweepBoard
 from tpu_nb.kernel.trials.comparison import MetricChoice, MetricError, TrialRow, compare, default_metric
 from tpu_nb.kernel.trials.spec import Trial, TrialSpecError, parse_trials
-from tpu_nb.kernel.trials.sweep import Sweep, TrialOutcome, TrialWatch
+from tpu_nb.kernel.trials.sweep import Sweep, TrialOutcome, TrialWatch, Watches
 from tpu_nb.kernel.trials.sweep_record import (
     FINISHED,
     SweepRecord,
@@ -100,18 +100,20 @@ def run_sweep(
         for trial in plan.trials
         if trial.number in done_before
     ]
-    for outcome in earlier:
-        board.ended(outcome)
-    watches: list[TrialWatch] = [board]
+    shown: list[TrialWatch] = [board]
     if checkpoint is not None:
-        watches.insert(0, _Recorder(checkpoint, record, write))  # a trial's record first: nothing else may cost it
+        shown.insert(0, _Recorder(checkpoint, record, write))  # a trial's record first: nothing else may cost it
+    watches = Watches(shown, write)
+    for outcome in earlier:
+        watches.ended(outcome)
     held = HeldReturns(returns, return_best, plan.metric, [_row(outcome) for outcome in earlier])
     sweep = Sweep(to_run, program_for, lambda trial: options[trial.number], worlds, title, watches, write, held)
     ran = {outcome.trial.number: outcome for outcome in [*earlier, *sweep.run()]}
     outcomes = [ran[trial.number] for trial in plan.trials]
     rows = [_row(outcome) for outcome in outcomes]
     comparison = compare(rows, plan.metric or default_metric(rows))
-    board.finish(comparison)
+    with watches.told(board):
+        board.finish(comparison)
     return SweepResult(outcomes, comparison), held
 
 
