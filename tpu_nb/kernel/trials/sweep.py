@@ -211,8 +211,9 @@ class Sweep:
                         except TRIAL_FAULTS as fault:
                             entry.fault, interrupted = fault, 0
                         if entry.run.ended or entry.fault is not None:
+                            finished = self._finish(entry)
                             active.remove(entry)
-                            self._ended(self._finish(entry), outcomes)
+                            self._ended(finished, outcomes)
                             free.append(entry.world)
                             free.sort(key=lambda world: world.index)
                         for _ in range(interrupted):

@@ -146,18 +146,13 @@ def _plan_trials(
     moved: list[tuple[str, str]] = []
     try:
         for trial, _ in changed:
-            directory = trial_directory(source, trial)
             if source == checkpoint:  # its checkpoints are in the way of a fresh start: kept, under another name
-                moved.append((directory, move_aside(directory)))
+                directory = trial_directory(source, trial)
+                moved.append((directory, _moved_aside(directory)))
             options[trial.number] = _trial_options(base, trial, checkpoint, source, resumes=False, saving=saving)
-    except BaseException as error:
+    except BaseException:
         for directory, aside in reversed(moved):  # a refusal leaves every directory as it was
             move_back(aside, directory)
-        if isinstance(error, OSError):
-            raise refused(
-                f"--resume: {directory} was trained with other values and could not be moved aside ({error}): move it away "
-                "yourself to start that trial afresh, or give another --checkpoint directory."
-            ) from None
         raise
     aside_of = dict(moved)
     for trial, trained in changed:
@@ -173,6 +168,16 @@ def _plan_trials(
             "and the trial starts from scratch.\n",
         )
     return options
+
+
+def _moved_aside(directory: str) -> str:
+    try:
+        return move_aside(directory)
+    except OSError as error:
+        raise refused(
+            f"--resume: {directory} was trained with other values and could not be moved aside ({error}): move it away "
+            "yourself to start that trial afresh, or give another --checkpoint directory."
+        ) from None
 
 
 def _trial_options(
