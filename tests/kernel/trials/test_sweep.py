@@ -209,28 +209,47 @@ def quick(trial: dict[str, Any]) -> int:
 
 
 def refused_in_the_kernel(
-    monkeypatch: pytest.MonkeyPatch, module: Any, name: str, matches: Callable[[tuple[Any, ...]], bool], only: int | None = None
+    monkeypatch: pytest.MonkeyPatch,
+    module: Any,
+    name: str,
+    code: int,
+    matches: Callable[[tuple[Any, ...]], bool],
+    only: int | None = None,
 ) -> None:
-    """`module.name` raises the OSError the OS would on the calls `matches` (only the `only`-th of them, if given), in this
-    process only: the forked supervisors and workers call the real one."""
+    """`module.name` raises the OSError the OS would (`code`) on the calls `matches` (only the `only`-th of them, if given),
+    in this process only: the forked supervisors and workers call the real one."""
     real, kernel, matched = getattr(module, name), os.getpid(), [0]
 
     def refusing(*args: Any, **kwargs: Any) -> Any:
         if os.getpid() == kernel and matches(args):
             matched[0] += 1
             if only is None or matched[0] == only:
-                code = {"open": errno.EIO, "fork": errno.EAGAIN, "rename": errno.EROFS, "mkdir": errno.EROFS}.get(name, errno.ENOSPC)
                 raise OSError(code, os.strerror(code), str(args[0]) if args else None)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(module, name, refusing)
 
 
+def full_for_the_record(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
+    """The disk fills as sweep.json is written: its rename over the old one fails."""
+    refused_in_the_kernel(monkeypatch, os, "replace", errno.ENOSPC, lambda args: Path(args[1]).name == RECORD)
+
+
+def read_only(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
+    """`directory` is a read-only mount: nothing in it can be created or written."""
+    inside = str(directory)
+    refused_in_the_kernel(monkeypatch, os, "mkdir", errno.EROFS, lambda args: str(args[0]).startswith(inside))
+    writes = lambda args: str(args[0]).startswith(inside) and any(mode in str(args[1:2]) for mode in "wax")  # noqa: E731
+    refused_in_the_kernel(monkeypatch, io, "open", errno.EROFS, writes)
+
+
+@pytest.mark.parametrize("refusing", [full_for_the_record, read_only])
 def test_a_record_the_directory_refuses_is_said_once_and_every_trial_comes_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], refusing: Callable[..., None]
 ) -> None:
-    refused_in_the_kernel(monkeypatch, os, "replace", lambda args: Path(args[1]).name == RECORD)  # the disk is full for it
-    result = tpu_nb.launch(quick, trials="n=1,2,3", checkpoint=str(tmp_path))
+    refusing(monkeypatch, tmp_path)
+    # Trial 0's record is refused while the two others still run.
+    result = tpu_nb.launch(quick, trials=[{"n": 1}, {"n": 2, "sleep": 1.5}, {"n": 3, "sleep": 1.5}], checkpoint=str(tmp_path))
     assert result.values == [1, 2, 3]
     assert [outcome.status for outcome in result.trials] == ["done"] * 3
     err = capsys.readouterr().err
@@ -251,7 +270,7 @@ def test_a_malformed_record_is_named_and_read_as_none_and_every_trial_comes_back
 def test_a_trial_the_system_refuses_a_process_fails_alone_and_the_others_come_back(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    refused_in_the_kernel(monkeypatch, os, "fork", lambda args: True, only=2)  # the second trial's supervisor
+    refused_in_the_kernel(monkeypatch, os, "fork", errno.EAGAIN, lambda args: True, only=2)  # the second trial's supervisor
     result = tpu_nb.launch(quick, trials="n=1,2,3")
     assert result.values == [1, None, 3]
     assert [outcome.status for outcome in result.trials] == ["done", "failed", "done"]
@@ -264,7 +283,7 @@ def test_a_trial_whose_end_cannot_be_read_fails_alone_and_the_others_come_back(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The first trial to end (n=1, no sleep) meets an I/O error reading its result's index; the others end later.
-    refused_in_the_kernel(monkeypatch, io, "open", lambda args: Path(args[0]).name == "result-0.json", only=1)
+    refused_in_the_kernel(monkeypatch, io, "open", errno.EIO, lambda args: Path(args[0]).name == "result-0.json", only=1)
     result = tpu_nb.launch(quick, trials=[{"n": 1}, {"n": 2, "sleep": 1.5}, {"n": 3, "sleep": 1.5}])
     assert result.values == [None, 2, 3]
     assert [outcome.status for outcome in result.trials] == ["failed", "done", "done"]
@@ -352,7 +371,7 @@ def test_a_refused_resume_leaves_a_changed_trials_directory_where_it_was(tmp_pat
         tpu_nb.launch(quick, trials="lr=0.3", checkpoint=str(tmp_path), resume=True, every="soon")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["trial-0"]
     for call in ("rename", "mkdir"):  # a directory the system will not let change (a read-only mount)
-        refused_in_the_kernel(monkeypatch, os, call, lambda args: str(args[0]).startswith(str(tmp_path)))
+        refused_in_the_kernel(monkeypatch, os, call, errno.EROFS, lambda args: str(args[0]).startswith(str(tmp_path)))
     with pytest.raises(LaunchRefused, match=f"--resume: {tmp_path}/trial-0 was trained with other values and could not be moved aside"):
         tpu_nb.launch(quick, trials="lr=0.3", checkpoint=str(tmp_path), resume=True)
     assert not descendants(os.getpid())
