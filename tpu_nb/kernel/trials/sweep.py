@@ -211,9 +211,9 @@ class Sweep:
                         except TRIAL_FAULTS as fault:
                             entry.fault, interrupted = fault, 0
                         if entry.run.ended or entry.fault is not None:
-                            finished = self._finish(entry)
-                            active.remove(entry)
-                            self._ended(finished, outcomes)
+                            # Not bound to a name: what the trial returned must not outlive its hand-over to `_returns`.
+                            self._ended(self._finish(entry), outcomes)
+                            active.remove(entry)  # after: a sweep that breaks in `_finish` still closes it
                             free.append(entry.world)
                             free.sort(key=lambda world: world.index)
                         for _ in range(interrupted):
