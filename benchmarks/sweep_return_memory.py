@@ -37,7 +37,7 @@ CASES = {
     "5 folds, --return-best model": "--trials folds={folds} --trials-metric loss --return-best {model}",
     "5 folds, --return model": "--trials folds={folds} --trials-metric loss --return {model}",
 }
-CELL = """%%tpu_train --no-progress {options}
+CELL = """%%tpu_train --no-progress --run-log off {options}
 import time, torch
 fold = trial["fold"] if "trial" in globals() else 0
 time.sleep(fold)  # the folds end in order, each better than the last
