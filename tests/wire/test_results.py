@@ -90,6 +90,15 @@ def test_pickled_values_load_only_from_a_place_the_caller_trusts(tmp_path: Path)
     assert isinstance(back.returned["other"], NotTransferable)
 
 
+def test_only_the_return_names_asked_for_load_and_the_value_always_does(tmp_path: Path) -> None:
+    weights = torch.nn.Linear(3, 2).state_dict()
+    save_result(RankResult(5, True, {"model": ModuleWeights(weights), "history": [1, 2]}), ResultPlaces(tmp_path), 0)
+    back = load_result(tmp_path, 0, names={"history"})
+    assert back is not None and back.value == 5 and dict(back.returned) == {"history": [1, 2]}
+    nothing = load_result(tmp_path, 0, names=())
+    assert nothing is not None and nothing.value == 5 and dict(nothing.returned) == {}
+
+
 def test_a_truncated_result_file_is_an_error_that_keeps_it(tmp_path: Path) -> None:
     save_result(RankResult(torch.zeros(1000), True), ResultPlaces(tmp_path), 0)
     [part] = tmp_path.glob("result-0-*.pt")

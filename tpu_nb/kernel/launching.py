@@ -41,9 +41,10 @@ def launch_observed(
         if background or options.get("all_results"):
             raise refused("trials= runs in the foreground and returns a SweepResult: leave out background and all_results.")
         plan = plan_sweep(sweep["trials"], sweep["cores_per_trial"], sweep["trials_metric"])
-        return run_sweep(
+        result, _ = run_sweep(
             plan, lambda trial: FunctionProgram(fn, args, {"trial": dict(trial.values)}), given("launch", "run", options), title, write
         )
+        return result
     if sweep["cores_per_trial"] != 1 or sweep["trials_metric"] is not None:
         raise refused("cores_per_trial and trials_metric are for a sweep: give trials= too, or leave them out.")
     run_options = LaunchOptions.from_user(**given("launch", "run", options))

@@ -301,13 +301,15 @@ class TpuMagics(Magics):
                 raise UsageError(f"--trials with {flag}: a sweep runs in the foreground on this machine; leave {flag} out.")
         plan = plan_sweep(args.trials, args.cores_per_trial, args.trials_metric, self._shell.user_ns)
         program = self._compile(line, cell, tuple(dict.fromkeys([*args.returns, *args.return_best])))
-        result = run_sweep(
+        result, held = run_sweep(
             plan,
             lambda trial: dataclasses.replace(program, given=MappingProxyType({"trial": dict(trial.values)})),
             given("cell", "run", vars(args)),
             "%%tpu_train --trials",
+            returns=tuple(args.returns),
+            return_best=tuple(args.return_best),
         )
-        hand_back_sweep(result, self._shell.user_ns, tuple(args.returns), tuple(args.return_best))
+        hand_back_sweep(result, held, self._shell.user_ns)
         return result
 
     def _train_on_pod(self, args: Any, line: str, cell: str, options: LaunchOptions) -> Any:

@@ -24,7 +24,7 @@ import pickle
 import shutil
 import zipfile
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -137,12 +137,14 @@ def index_file(directory: Path, rank: int) -> Path:
     return directory / f"result-{rank}.json"
 
 
-def load_result(directory: Path, rank: int, *, pickled: bool = True) -> RankResult | None:
+def load_result(directory: Path, rank: int, *, pickled: bool = True, names: Collection[str] | None = None) -> RankResult | None:
     """The result a rank saved in `directory`, or None when it saved none.
 
     Module weights load with `weights_only=True`; other values are unpickled
     only with `pickled` (a place the caller trusts), else they stand as
-    `NotTransferable`. `ResultNotLoaded` when a saved file cannot be read.
+    `NotTransferable`. With `names`, only those `--return` names load (a
+    sweep loads its best trial's weights alone); the value always does.
+    `ResultNotLoaded` when a saved file cannot be read.
     """
     index = index_file(directory, rank)
     if not index.exists():
@@ -151,6 +153,8 @@ def load_result(directory: Path, rank: int, *, pickled: bool = True) -> RankResu
     value, returned, lost = None, {}, []
     for part in record["parts"]:
         key = part["key"]
+        if names is not None and key != _VALUE and key.removeprefix("return:") not in names:
+            continue
         if part["kind"] == "lost":
             lost.append(Lost(_part_name(key), part["bytes"], tuple(part["tried"])))
             continue

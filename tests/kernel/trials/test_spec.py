@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 
 from tpu_nb.kernel.trials.spec import TrialSpecError, parse_trials
@@ -65,3 +67,21 @@ def test_what_cannot_be_read_is_refused_with_what_to_write(spec: object, says: s
 def test_a_name_not_in_the_notebook_is_read_as_written() -> None:
     with pytest.raises(TrialSpecError, match="'grid' is not NAME=VALUE"):
         parse_trials("grid", {})
+
+
+@pytest.mark.parametrize(("spec", "axis"), [("lr=,", "lr"), ("lr=0.1 seed=,", "seed"), ("wd=, folds=3", "wd")])
+def test_a_name_without_values_is_refused_naming_it_not_a_sweep_of_no_trials(spec: str, axis: str) -> None:
+    with pytest.raises(TrialSpecError, match=f"--trials: {axis}= has no values"):
+        parse_trials(spec)
+
+
+@pytest.mark.parametrize("spec", [" ".join(f"{name}=0,1,2,3,4,5,6,7,8,9" for name in "abcdef"), "a=1,2,3,4,5,6,7,8,9,10 b=1,2 folds=60"])
+def test_too_many_trials_are_counted_and_refused_before_any_is_built(spec: str) -> None:
+    tracemalloc.start()
+    try:
+        with pytest.raises(TrialSpecError, match="more than 1000"):
+            parse_trials(spec)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20  # a million combinations built first took over 100 MB

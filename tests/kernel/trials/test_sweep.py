@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import errno
+import io
+import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +17,12 @@ from support.processes import descendants, interrupt_when, wait_until
 
 import tpu_nb
 from tpu_nb.kernel.endings.notebook_errors import LaunchRefused, WorkerError
+from tpu_nb.kernel.trials.spec import Trial, parse_trials
+from tpu_nb.kernel.trials.sweep import TrialOutcome, TrialWatch, Watches
+from tpu_nb.kernel.trials.sweep_record import RECORD
+from tpu_nb.kernel.trials.sweep_start import plan_sweep, run_sweep
+from tpu_nb.kernel.trials.trial_record import record_values
+from tpu_nb.workers.programs import FunctionProgram
 
 STARTUP = 60
 
@@ -189,4 +199,179 @@ def test_checkpoint_options_without_a_directory_are_refused_before_any_trial_sta
         tpu_nb.launch(timed_fold, trials="folds=2", every="5steps")
     with pytest.raises(LaunchRefused, match="--resume needs --checkpoint DIR"):
         tpu_nb.launch(timed_fold, trials="folds=2", resume=True)
+    assert not descendants(os.getpid())
+
+
+def quick(trial: dict[str, Any]) -> int:
+    time.sleep(trial.get("sleep", 0.0))
+    tpu_nb.report(step=0, loss=trial["n"] / 10)
+    return trial["n"]
+
+
+def refused_in_the_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+    module: Any,
+    name: str,
+    code: int,
+    matches: Callable[[tuple[Any, ...]], bool],
+    only: int | None = None,
+) -> None:
+    """`module.name` raises the OSError the OS would (`code`) on the calls `matches` (only the `only`-th of them, if given),
+    in this process only: the forked supervisors and workers call the real one."""
+    real, kernel, matched = getattr(module, name), os.getpid(), [0]
+
+    def refusing(*args: Any, **kwargs: Any) -> Any:
+        if os.getpid() == kernel and matches(args):
+            matched[0] += 1
+            if only is None or matched[0] == only:
+                raise OSError(code, os.strerror(code), str(args[0]) if args else None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, refusing)
+
+
+def full_for_the_record(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
+    """The disk fills as sweep.json is written: its rename over the old one fails."""
+    refused_in_the_kernel(monkeypatch, os, "replace", errno.ENOSPC, lambda args: Path(args[1]).name == RECORD)
+
+
+def read_only(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
+    """`directory` is a read-only mount: nothing in it can be created or written."""
+    inside = str(directory)
+    refused_in_the_kernel(monkeypatch, os, "mkdir", errno.EROFS, lambda args: str(args[0]).startswith(inside))
+    writes = lambda args: str(args[0]).startswith(inside) and any(mode in str(args[1:2]) for mode in "wax")  # noqa: E731
+    refused_in_the_kernel(monkeypatch, io, "open", errno.EROFS, writes)
+
+
+@pytest.mark.parametrize("refusing", [full_for_the_record, read_only])
+def test_a_record_the_directory_refuses_is_said_once_and_every_trial_comes_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], refusing: Callable[..., None]
+) -> None:
+    refusing(monkeypatch, tmp_path)
+    # Trial 0's record is refused while the two others still run.
+    result = tpu_nb.launch(quick, trials=[{"n": 1}, {"n": 2, "sleep": 1.5}, {"n": 3, "sleep": 1.5}], checkpoint=str(tmp_path))
+    assert result.values == [1, 2, 3]
+    assert [outcome.status for outcome in result.trials] == ["done"] * 3
+    err = capsys.readouterr().err
+    assert err.count(f"tpu_nb: the sweep's record {tmp_path / RECORD} could not be written") == 1, err
+    assert not (tmp_path / RECORD).exists()
+
+
+def test_a_malformed_record_is_named_and_read_as_none_and_every_trial_comes_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / RECORD).write_text('{"trials": []}')
+    result = tpu_nb.launch(quick, trials="n=1,2", checkpoint=str(tmp_path), resume=True)
+    assert result.values == [1, 2]
+    assert f'{tmp_path / RECORD} is not a sweep\'s record ("trials" is a list, not an object): read as no record' in capsys.readouterr().err
+    assert set(json.loads((tmp_path / RECORD).read_text())["trials"]) == {"0", "1"}  # replaced as the trials ended
+
+
+def test_a_trial_the_system_refuses_a_process_fails_alone_and_the_others_come_back(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refused_in_the_kernel(monkeypatch, os, "fork", errno.EAGAIN, lambda args: True, only=2)  # the second trial's supervisor
+    result = tpu_nb.launch(quick, trials="n=1,2,3")
+    assert result.values == [1, None, 3]
+    assert [outcome.status for outcome in result.trials] == ["done", "failed", "done"]
+    assert isinstance(result.trials[1].error, OSError)
+    assert "tpu_nb: trial #1 (n=2) failed: tpu_nb could not start it: BlockingIOError: [Errno 11]" in capsys.readouterr().err
+    assert not descendants(os.getpid())
+
+
+def test_a_trial_whose_end_cannot_be_read_fails_alone_and_the_others_come_back(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The first trial to end (n=1, no sleep) meets an I/O error reading its result's index; the others end later.
+    refused_in_the_kernel(monkeypatch, io, "open", errno.EIO, lambda args: Path(args[0]).name == "result-0.json", only=1)
+    result = tpu_nb.launch(quick, trials=[{"n": 1}, {"n": 2, "sleep": 1.5}, {"n": 3, "sleep": 1.5}])
+    assert result.values == [None, 2, 3]
+    assert [outcome.status for outcome in result.trials] == ["failed", "done", "done"]
+    assert result.trials[0].final == {"loss": 0.1}  # what it reported is kept
+    assert "tpu_nb: trial #0 (n=1) failed: tpu_nb could not read how it ended: OSError: [Errno 5]" in capsys.readouterr().err
+    assert not descendants(os.getpid())
+
+
+class Told(TrialWatch):
+    """A watch that notes each ending it is told of; `fails` raises after noting it."""
+
+    what = "board"
+
+    def __init__(self, fails: bool) -> None:
+        self.told: list[str] = []
+        self._fails = fails
+
+    def ended(self, outcome: TrialOutcome) -> None:
+        self.told.append(outcome.status)
+        if self._fails:
+            raise ValueError("the frontend is gone")
+
+
+def test_a_failing_watch_is_said_once_and_the_watches_after_it_are_still_told() -> None:
+    written: list[str] = []
+    broken, after = Told(fails=True), Told(fails=False)
+    watches = Watches([broken, after], lambda stream, text: written.append(text))
+    for trial in parse_trials("n=1,2"):
+        watches.ended(TrialOutcome(trial, "done", "cpu 0", None, (), 1.0))
+    assert broken.told == after.told == ["done", "done"]
+    assert written == ["tpu_nb: the sweep's board failed (ValueError: the frontend is gone); the trials go on.\n"]
+
+
+def test_an_error_in_the_sweep_itself_ends_the_running_trials_and_says_which_had_ended_first(tmp_path: Path) -> None:
+    written: list[str] = []
+
+    def program_for(trial: Trial) -> FunctionProgram:
+        if trial.number == 4:
+            raise RuntimeError("planted: a bug in the sweep's caller")
+        return FunctionProgram(quick, (), {"trial": dict(trial.values)})
+
+    plan = plan_sweep([{"n": 1}, *({"n": n, "sleep": 60} for n in (2, 3, 4)), {"n": 5}], 1, None)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="planted"):
+        run_sweep(plan, program_for, {"checkpoint": str(tmp_path), "progress": False}, "test", lambda stream, text: written.append(text))
+    assert time.monotonic() - started < STARTUP
+    said = "".join(written)
+    assert (
+        "the sweep stopped on an error in tpu_nb itself (below); 1 trial(s) had ended (#0 done loss=0.1), 3 running trial(s) were ended"
+        in said
+    )
+    assert json.loads((tmp_path / RECORD).read_text())["trials"]["0"]["status"] == "done"
+    assert wait_until(lambda: not descendants(os.getpid()), timeout=10)
+
+
+def test_a_resumed_trial_whose_values_changed_starts_from_scratch_its_old_checkpoints_moved_aside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checkpoints, marks = tmp_path / "checkpoints", tmp_path / "marks"
+    marks.mkdir()
+    first = tpu_nb.launch(checkpointed, str(marks), trials=[{"n": 1, "lr": 0.2}], checkpoint=str(checkpoints), every="2steps")
+    assert [outcome.status for outcome in first.trials] == ["failed"]
+    trained = sorted(path.name for path in (checkpoints / "trial-0").iterdir())
+    capsys.readouterr()
+    changed = [{"n": 1, "lr": 0.3}]  # the grid changed: trial 0 is another configuration now
+    resumed = tpu_nb.launch(checkpointed, str(marks), trials=changed, checkpoint=str(checkpoints), every="2steps", resume=True)
+    assert [outcome.status for outcome in resumed.trials] == ["done"]
+    assert resumed.values[0]["start"] == 0  # from scratch, not from lr=0.2's checkpoint
+    assert sorted(path.name for path in (checkpoints / "trial-0.earlier-1").iterdir()) == trained  # kept, moved aside
+    assert (
+        f"tpu_nb: trial #0 (n=1 lr=0.3): {checkpoints}/trial-0 was trained with {{'n': 1, 'lr': 0.2}}: moved to "
+        f"{checkpoints}/trial-0.earlier-1, and the trial starts from scratch." in capsys.readouterr().err
+    )
+
+
+def a_trial_directory_trained_with(directory: Path, values: str) -> None:
+    """What a sweep leaves in a trial's directory: its checkpoints (one, enough to count) and the values that trained them."""
+    (directory / "checkpoint-2").mkdir(parents=True)
+    record_values(str(directory), parse_trials(values)[0])
+
+
+def test_a_refused_resume_leaves_a_changed_trials_directory_where_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a_trial_directory_trained_with(tmp_path / "trial-0", "lr=0.2")
+    with pytest.raises(LaunchRefused, match="--every soon"):
+        tpu_nb.launch(quick, trials="lr=0.3", checkpoint=str(tmp_path), resume=True, every="soon")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["trial-0"]
+    for call in ("rename", "mkdir"):  # a directory the system will not let change (a read-only mount)
+        refused_in_the_kernel(monkeypatch, os, call, errno.EROFS, lambda args: str(args[0]).startswith(str(tmp_path)))
+    with pytest.raises(LaunchRefused, match=f"--resume: {tmp_path}/trial-0 was trained with other values and could not be moved aside"):
+        tpu_nb.launch(quick, trials="lr=0.3", checkpoint=str(tmp_path), resume=True)
     assert not descendants(os.getpid())

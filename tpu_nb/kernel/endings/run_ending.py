@@ -9,7 +9,7 @@ all show as it is.
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -128,8 +128,10 @@ def collect(
     seconds: float,
     stopped_at_step: int | None = None,
     stopped_by: str = "user",
+    returned: Callable[[], Collection[str]] | None = None,
 ) -> Outcome:
-    """Read what the supervisor and workers left in the run dir."""
+    """Read what the supervisor and workers left in the run dir; `returned`, asked once the results are there to load,
+    says which `--return` names to load (None: all)."""
     raised = load_exceptions(run_dir)
     if raised:
         rank = first_raising_rank if first_raising_rank in raised else min(raised)
@@ -138,9 +140,10 @@ def collect(
     if report is None or report.error is not None or supervisor_status != 0:
         return _died(report, ranks_by_pid, supervisor_status, seconds)
     results = {}
+    names = None if returned is None else returned()
     for rank in wanted_ranks:
         try:
-            result = load_result(run_dir, rank)
+            result = load_result(run_dir, rank, names=names)
         except ResultNotLoaded as error:
             return Died(rank, None, f"rank {rank}", seconds, f"finished, but {error}", kept=error.path)
         if result is None:

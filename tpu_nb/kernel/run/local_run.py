@@ -10,7 +10,7 @@ the kernel's one slot for all of them.
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from tpu_nb.kernel.endings.notebook_errors import refused
@@ -87,11 +87,13 @@ class Run(FollowedRun):
         write: Write = write_to_sys,
         world: World | None = None,
         logged: Mapping[str, Any] | None = None,
+        returned: Callable[[], Collection[str]] | None = None,
     ) -> None:
         super().__init__(options, title, observers, write, logged)
         self.program = program
         self.world = world
         """A trial's world (its chips, and the variables that bind it to them); None: every device of the host."""
+        self._returned = returned  # which --return names to load when the results come back (None: all)
         self._processes = WorkerProcesses()
         self._facts = _EventFacts()
         self._stop_request: StopRequest | None = None
@@ -278,6 +280,7 @@ class Run(FollowedRun):
             seconds,
             facts.stopping_step,
             self._stopped_by,
+            self._returned,
         )
         if isinstance(outcome, Died):
             self._processes.keep = outcome.kept

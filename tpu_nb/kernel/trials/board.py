@@ -55,6 +55,8 @@ class _Row:
 class SweepBoard(TrialWatch):
     """The live rows and curves of a sweep's trials; `finish` adds the comparison."""
 
+    what = "board"
+
     def __init__(
         self,
         trials: Sequence[Trial],

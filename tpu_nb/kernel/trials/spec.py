@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -67,10 +68,12 @@ def _written(text: str) -> tuple[Trial, ...]:
         if name in axes:
             raise TrialSpecError(f"--trials: {name} is given twice: list all its values once, {name}=A,B,C.")
         axes[name] = [_value(item) for item in values.split(",") if item]
+        if not axes[name] and name != FOLDS:  # folds=K says its own fix
+            raise TrialSpecError(f"--trials: {name}= has no values (a sweep of no trials): give them, {name}=A,B, or leave {name} out.")
     if FOLDS in axes:
         return _folds(axes)
-    combinations = list(itertools.product(*axes.values()))
-    _check_count(len(combinations))
+    _check_count(math.prod(map(len, axes.values())))
+    combinations = itertools.product(*axes.values())
     return tuple(Trial(number, MappingProxyType(dict(zip(axes, values, strict=True)))) for number, values in enumerate(combinations))
 
 
@@ -80,8 +83,8 @@ def _folds(axes: dict[str, list[Any]]) -> tuple[Trial, ...]:
     if len(counts) != 1 or not isinstance(counts[0], int) or isinstance(counts[0], bool) or counts[0] < 2:
         raise TrialSpecError(f"--trials folds={','.join(map(str, counts))}: give one whole number of folds, 2 or more (folds=5).")
     folds = counts[0]
-    combinations = list(itertools.product(*axes.values()))
-    _check_count(len(combinations) * folds)
+    _check_count(math.prod(map(len, axes.values())) * folds)
+    combinations = itertools.product(*axes.values())
     trials: list[Trial] = []
     for values in combinations:
         for fold in range(folds):
@@ -119,5 +122,6 @@ def _value(text: str) -> Any:
 
 
 def _check_count(count: int) -> None:
+    """Counted before any trial is built: a typo of nine axes would otherwise build a million first."""
     if count > MOST_TRIALS:
         raise TrialSpecError(f"--trials: that makes {count} trials (more than {MOST_TRIALS}); give fewer values.")

@@ -6,15 +6,23 @@ the kernel's one run slot for all of them and follows them in this thread.
 A trial that fails ends alone and the others go on. The first interrupt
 stops every running trial at its next step boundary (as one run's does) and
 starts no queued one; a second one ends them all at once.
+
+Each trial is a fault domain of its own: what goes wrong starting it,
+following it, reading its end or cleaning up after it fails that trial
+alone, with the reason, and a failing watch (the board, the record) is said
+once and the trials go on. A finished trial's outcome is kept before anyone
+is told of it. Only an error in the sweep's own bookkeeping ends the sweep,
+and then the trials that finished are listed first.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
 from tpu_nb.kernel.endings.run_ending import Ending
@@ -31,6 +39,8 @@ from tpu_nb.wire.events import Event
 from tpu_nb.workers.programs import Program
 
 NOT_STARTED = "not started"
+TRIAL_FAULTS = (OSError, ValueError, TypeError, LookupError, ArithmeticError)
+"""What one trial's run can raise once started, reading what its workers left (files, JSON) and appending to the run log."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,18 +57,36 @@ class TrialOutcome:
     @property
     def final(self) -> Mapping[str, float]:
         """The last value of every metric the trial reported."""
-        last: dict[str, float] = {}
-        for row in self.metrics:
-            last.update({name: value for name, value in row.items() if name not in ("step", "epoch") and isinstance(value, int | float)})
-        return MappingProxyType(last)
+        return final_of(self.metrics)
 
     @property
     def error(self) -> BaseException | None:
         return None if self.ending is None else self.ending.error
 
 
+def final_of(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, float]:
+    """The last value of every metric in a trial's reported rows."""
+    last: dict[str, float] = {}
+    for row in rows:
+        last.update({name: value for name, value in row.items() if name not in ("step", "epoch") and isinstance(value, int | float)})
+    return MappingProxyType(last)
+
+
+class Returns(Protocol):
+    """What keeps a sweep's `--return` values apart from its outcomes (`sweep_returns.HeldReturns`)."""
+
+    def to_load(self, trial: Trial, final: Mapping[str, float]) -> Collection[str]:
+        """Trial `trial`'s results came back (it reported `final`): the `--return` names to load."""
+
+    def take(self, outcome: TrialOutcome) -> TrialOutcome:
+        """Keep what the ended trial returned that is wanted; its outcome without any returned value."""
+
+
 class TrialWatch:
     """What the sweep's display is told about one trial, as it runs."""
+
+    what = "display"
+    """What the user knows it as, for a warning when it fails."""
 
     def started(self, trial: Trial, world: World) -> None: ...
     def on_event(self, trial: Trial, event: Event) -> None: ...
@@ -67,26 +95,44 @@ class TrialWatch:
 
 
 class Watches(TrialWatch):
-    """Several watches told the same."""
+    """Several watches told the same, in order, each on its own: one that fails is said once and the others are still told."""
 
-    def __init__(self, *watches: TrialWatch) -> None:
-        self._watches = watches
+    def __init__(self, watches: Sequence[TrialWatch] = (), write: Write = write_to_sys) -> None:
+        self._watches = tuple(watches)
+        self._write = write
+        self._failed: set[int] = set()
 
     def started(self, trial: Trial, world: World) -> None:
         for watch in self._watches:
-            watch.started(trial, world)
+            with self.told(watch):
+                watch.started(trial, world)
 
     def on_event(self, trial: Trial, event: Event) -> None:
         for watch in self._watches:
-            watch.on_event(trial, event)
+            with self.told(watch):
+                watch.on_event(trial, event)
 
     def ended(self, outcome: TrialOutcome) -> None:
         for watch in self._watches:
-            watch.ended(outcome)
+            with self.told(watch):
+                watch.ended(outcome)
 
     def refresh(self) -> None:
         for watch in self._watches:
-            watch.refresh()
+            with self.told(watch):
+                watch.refresh()
+
+    @contextmanager
+    def told(self, watch: TrialWatch) -> Iterator[None]:
+        """Around telling `watch` anything: what it raises is said (once), not passed on."""
+        try:
+            yield
+        # A watch only shows or records: whatever it raises (a frontend's display call, a chart's drawing, a file) must
+        # not reach the trials' runs, which it would end. It is said once, with the error, and kept being told.
+        except Exception as error:  # noqa: BLE001
+            if id(watch) not in self._failed:
+                self._failed.add(id(watch))
+                self._write("stderr", f"tpu_nb: the sweep's {watch.what} failed ({type(error).__name__}: {error}); the trials go on.\n")
 
 
 @dataclass
@@ -96,6 +142,8 @@ class _Active:
     run: Run
     metrics: MetricsLog
     started: float
+    fault: BaseException | None = None
+    """What went wrong following it (then it is ended and failed)."""
 
 
 class _Forwarded:
@@ -118,16 +166,18 @@ class Sweep:
         options_for: Callable[[Trial], LaunchOptions],
         worlds: Sequence[World],
         title: str,
-        watch: TrialWatch | None = None,
+        watches: Watches | None = None,
         write: Write = write_to_sys,
+        returns: Returns | None = None,
     ) -> None:
         self.trials = tuple(trials)
         self.title = title
         self._program_for = program_for
         self._options_for = options_for
         self._worlds = tuple(worlds)
-        self._watch = watch or TrialWatch()
+        self._watch = watches or Watches((), write)
         self._write = write
+        self._returns = returns  # None: a trial's outcome keeps all it returned
         self._stopping = False
         self._deadline_came = False  # a trial was stopped by the deadline they share: no queued one starts
         self._label = sweep_label(title)
@@ -148,7 +198,7 @@ class Sweep:
                         trial, world = queue.pop(0), free.pop(0)
                         started = self._start(trial, world, first=not outcomes and not active)
                         if isinstance(started, TrialOutcome):
-                            outcomes[trial.number] = started
+                            self._ended(started, outcomes)
                             free.insert(0, world)
                         else:
                             active.append(started)
@@ -158,17 +208,24 @@ class Sweep:
                             interrupted = interrupts.take()
                         except KeyboardInterrupt:  # where interrupts cannot be counted (not the main thread)
                             interrupted = 1
-                        if entry.run.ended:
-                            outcomes[entry.trial.number] = self._finish(entry)
-                            active.remove(entry)
+                        except TRIAL_FAULTS as fault:
+                            entry.fault, interrupted = fault, 0
+                        if entry.run.ended or entry.fault is not None:
+                            # Not bound to a name: what the trial returned must not outlive its hand-over to `_returns`.
+                            self._ended(self._finish(entry), outcomes)
+                            active.remove(entry)  # after: a sweep that breaks in `_finish` still closes it
                             free.append(entry.world)
                             free.sort(key=lambda world: world.index)
                         for _ in range(interrupted):
                             self._interrupt(active, queue, outcomes)
                     self._watch.refresh()
+        except BaseException:
+            if outcomes or active:  # an error in the sweep itself: what finished is said before its traceback
+                self._say_what_finished(outcomes, len(active))
+            raise
         finally:
             for entry in active:
-                entry.run.close()  # ends what is still running (an error in tpu_nb itself)
+                self._close(entry)  # ends what is still running
             Run.let_go(self)
         return tuple(outcomes[trial.number] for trial in self.trials)
 
@@ -177,38 +234,83 @@ class Sweep:
         observers: list[RunObserver] = [metrics, _Forwarded(trial, self._watch)]
         logged = {"trial": dict(trial.values), "sweep": self._label}
         title = f"{self.title} trial #{trial.number}"
-        run = Run(self._program_for(trial), self._options_for(trial), title, observers, _prefixed(self._write, trial), world, logged)
+        returns = self._returns
+        to_load = None if returns is None else lambda: returns.to_load(trial, final_of(metrics.rows))
+        program, options, write = self._program_for(trial), self._options_for(trial), _prefixed(self._write, trial)
+        run = Run(program, options, title, observers, write, world, logged, to_load)
         try:
             run.start()
         except LaunchRefused as refusal:
-            run.close()
+            self._close(_Active(trial, world, run, metrics, time.monotonic()))
             if first:
                 raise  # what is wrong is wrong for every trial: said once, nothing started
             return TrialOutcome(trial, "failed", world.label, Ending("failed", str(refusal), refusal), (), None)
+        except OSError as error:  # the system refused it a process, a pipe, a directory: this trial fails, the others go on
+            self._close(_Active(trial, world, run, metrics, time.monotonic()))
+            return self._failed(trial, world.label, "could not start it", error, (), None)
         self._watch.started(trial, world)
         return _Active(trial, world, run, metrics, time.monotonic())
 
     def _finish(self, entry: _Active) -> TrialOutcome:
-        try:
-            ending = entry.run.finish()
-        finally:
-            entry.run.close()
+        """The outcome of a trial whose run ended (or could not be followed), its run closed."""
+        ending, fault, what = None, entry.fault, "could not follow it"
+        if fault is None:
+            try:
+                ending = entry.run.finish()
+            except TRIAL_FAULTS as error:
+                fault, what = error, "could not read how it ended"
+        self._close(entry)
         self._deadline_came = self._deadline_came or entry.run.stopped_by_deadline
-        outcome = TrialOutcome(
-            entry.trial, ending.status, entry.world.label, ending, tuple(entry.metrics.rows), time.monotonic() - entry.started
-        )
+        rows, seconds = tuple(entry.metrics.rows), time.monotonic() - entry.started
+        if ending is None:
+            assert fault is not None
+            return self._failed(entry.trial, entry.world.label, what, fault, rows, seconds)
         if ending.status == "failed":  # its traceback; the other trials go on
             self._write("stderr", f"tpu_nb: trial #{entry.trial.number} ({entry.trial.label}) failed: {ending.error or ending.text}\n")
+        return TrialOutcome(entry.trial, ending.status, entry.world.label, ending, rows, seconds)
+
+    def _failed(
+        self, trial: Trial, where: str | None, what: str, error: BaseException, rows: tuple[Mapping[str, Any], ...], seconds: float | None
+    ) -> TrialOutcome:
+        """A trial that tpu_nb itself could not carry (start, follow, read its end): failed, with the reason, said."""
+        text = f"tpu_nb {what}: {type(error).__name__}: {error}"
+        self._write("stderr", f"tpu_nb: trial #{trial.number} ({trial.label}) failed: {text}\n")
+        return TrialOutcome(trial, "failed", where, Ending("failed", text, error), rows, seconds)
+
+    def _close(self, entry: _Active) -> None:
+        """End what is left of the trial's run and free what it held; a failure to is said, and the sweep goes on."""
+        try:
+            entry.run.close()
+        except TRIAL_FAULTS as error:
+            self._write(
+                "stderr", f"tpu_nb: trial #{entry.trial.number}'s run could not be cleaned up after ({type(error).__name__}: {error}).\n"
+            )
+
+    def _ended(self, outcome: TrialOutcome, outcomes: dict[int, TrialOutcome]) -> None:
+        """Keep the trial's outcome (its returned values apart), then tell the watches (its record first)."""
+        if self._returns is not None:
+            outcome = self._returns.take(outcome)
+        outcomes[outcome.trial.number] = outcome
         self._watch.ended(outcome)
-        return outcome
+
+    def _say_what_finished(self, outcomes: Mapping[int, TrialOutcome], running: int) -> None:
+        ended = "; ".join(
+            f"#{number} {outcome.status}" + "".join(f" {name}={value:.6g}" for name, value in outcome.final.items())
+            for number, outcome in sorted(outcomes.items())
+        )
+        self._write(
+            "stderr",
+            f"tpu_nb: the sweep stopped on an error in tpu_nb itself (below); {len(outcomes)} trial(s) had ended"
+            + (f" ({ended})" if ended else "")
+            + f", {running} running trial(s) were ended. A sweep with --checkpoint recorded those that ended: --resume runs the rest.\n",
+        )
 
     def _drop(self, queue: list[Trial], outcomes: dict[int, TrialOutcome], why: str | None) -> None:
         """The queued trials will not start (an interrupt, or `why`)."""
         if why is not None:
             self._write("stderr", f"tpu_nb: {why}: {len(queue)} queued trial(s) not started (--resume runs them later).\n")
         for trial in queue:
-            outcomes[trial.number] = TrialOutcome(trial, NOT_STARTED, None, None, (), None)
-            self._watch.ended(outcomes[trial.number])
+            self._ended(TrialOutcome(trial, NOT_STARTED, None, None, (), None), outcomes)
         queue.clear()
 
     def _interrupt(self, active: list[_Active], queue: list[Trial], outcomes: dict[int, TrialOutcome]) -> None:

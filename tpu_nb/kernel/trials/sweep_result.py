@@ -1,4 +1,4 @@
-"""What a sweep hands back: every trial's outcome and value, the comparison, and the best trial's `--return-best` values."""
+"""What a sweep hands back: every trial's outcome and value, the comparison; its `--return` and `--return-best` values."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.returns import apply_returns, report_returns
 from tpu_nb.kernel.trials.comparison import Comparison
 from tpu_nb.kernel.trials.sweep import TrialOutcome
+from tpu_nb.kernel.trials.sweep_returns import HeldReturns, came_back
 from tpu_nb.wire.results import ModuleWeights, NotTransferable, RankResult
 from tpu_nb.workers.programs import is_module
 
@@ -32,7 +33,7 @@ class SweepResult:
     @property
     def values(self) -> list[Any]:
         """Each trial's result (its cell's last line, or the function's return value), None where it has none."""
-        return [None if result is None else result.value for result in map(_result, self.trials)]
+        return [None if result is None else result.value for result in map(came_back, self.trials)]
 
     @property
     def failed(self) -> list[TrialOutcome]:
@@ -52,42 +53,50 @@ class SweepResult:
         return f"<pre>{html.escape(self.comparison.text())}</pre>"
 
 
-def hand_back_sweep(
-    result: SweepResult, namespace: dict[str, Any], returns: Sequence[str], best: Sequence[str], write: Write = write_to_sys
-) -> None:
+def hand_back_sweep(result: SweepResult, held: HeldReturns, namespace: dict[str, Any], write: Write = write_to_sys) -> None:
     """`--return NAME`: NAME becomes the list of every trial's value (None for a trial without it); a module of the notebook's
-    comes back as a copy per trial with that trial's weights. `--return-best NAME`: the best trial's, as one run's `--return`."""
-    for name in returns:
-        namespace[name] = [_trial_value(outcome, name, namespace.get(name)) for outcome in result.trials]
-    if best:
-        chosen = result.best
-        if chosen is None:
-            write(
-                "stderr", f"tpu_nb: --return-best {' '.join(best)}: no trial reported {result.comparison.metric.name}; nothing was set.\n"
-            )
-            return
-        ranked = _result(chosen)
-        assert ranked is not None, "the best trial reported its metric, so it ran"
-        only_best = RankResult(ranked.value, ranked.has_value, {name: ranked.returned[name] for name in best if name in ranked.returned})
-        problem = report_returns(apply_returns(only_best, namespace), write)
-        write("stdout", f"tpu_nb: --return-best: {', '.join(best)} from trial #{chosen.trial.number} ({chosen.trial.label}).\n")
-        if problem is not None:
-            raise problem
+    comes back as a copy per trial with that trial's weights. `--return-best NAME`: the best trial's, as one run's `--return`.
+    What `held` kept is let go as it is handed over: the notebook holds it then, once."""
+    every: dict[str, list[Any]] = {name: [] for name in held.every}
+    for outcome in result.trials:
+        returned = held.returned_by(outcome.trial.number)
+        for name, values in every.items():
+            values.append(_trial_value(returned.get(name), namespace.get(name)))
+        del returned  # a trial's weights, loaded into its module copy: not kept twice
+    namespace.update(every)
+    if held.best:
+        _hand_back_best(result, held, namespace, write)
 
 
-def _result(outcome: TrialOutcome) -> RankResult | None:
-    ending = outcome.ending
-    if ending is None or ending.error is not None or 0 not in ending.results:
-        return None
-    return ending.results[0]
+def _hand_back_best(result: SweepResult, held: HeldReturns, namespace: dict[str, Any], write: Write) -> None:
+    names, metric = " ".join(held.best), result.comparison.metric.name
+    ranked_first, back = result.comparison.best, held.best_back()
+    passed_over = ""
+    if ranked_first is not None and (back is None or back.trial.number != ranked_first.trial.number):
+        passed_over = f"the best by {metric}, trial #{ranked_first.trial.number} ({ranked_first.trial.label}), {ranked_first.status}: its values did not come back"
+    if back is None:
+        why = f"{passed_over}, and no trial whose values did reported {metric}" if passed_over else f"no trial reported {metric}"
+        write("stderr", f"tpu_nb: --return-best {names}: {why}; nothing was set.\n")
+        return
+    if back.result is None:  # let go for a trial that looked better, whose results then could not be loaded
+        write(
+            "stderr",
+            f"tpu_nb: --return-best {names}: the values of trial #{back.trial.number} ({back.trial.label}), the best whose values "
+            "came back, were not kept (a trial that looked better could not be loaded); nothing was set.\n",
+        )
+        return
+    if passed_over:
+        write("stderr", f"tpu_nb: --return-best: {passed_over}; the best of those whose values did is taken.\n")
+    ranked = back.result
+    only_best = RankResult(ranked.value, ranked.has_value, {name: ranked.returned[name] for name in held.best if name in ranked.returned})
+    problem = report_returns(apply_returns(only_best, namespace), write)
+    write("stdout", f"tpu_nb: --return-best: {', '.join(held.best)} from trial #{back.trial.number} ({back.trial.label}).\n")
+    if problem is not None:
+        raise problem
 
 
-def _trial_value(outcome: TrialOutcome, name: str, in_notebook: Any) -> Any:
-    result = _result(outcome)
-    if result is None or name not in result.returned:
-        return None
-    value = result.returned[name]
-    if isinstance(value, NotTransferable):
+def _trial_value(value: Any, in_notebook: Any) -> Any:
+    if value is None or isinstance(value, NotTransferable):
         return None
     if isinstance(value, ModuleWeights) and is_module(in_notebook):
         module = copy.deepcopy(in_notebook)
