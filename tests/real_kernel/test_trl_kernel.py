@@ -49,6 +49,13 @@ out = tempfile.mkdtemp()
 """
 
 
+def prepared(kernel: Kernel) -> None:
+    """tpu_nb loaded and the setup run, unless this kernel has them (the module's tests share it, in order)."""
+    if last_line(kernel.run("print('base_model' in globals())")) != "True":
+        kernel.run("%load_ext tpu_nb", allow_errors=False)
+        kernel.run(SETUP, allow_errors=False)
+
+
 def last_line(cell: nbformat.NotebookNode) -> str:
     """The last line the cell printed on stdout (libraries' warnings go to stderr)."""
     printed = "".join(output.text for output in cell.outputs if output.output_type == "stream" and output.name == "stdout")
@@ -66,8 +73,8 @@ trainer.state.log_history[-2]
 
 
 def test_an_unchanged_sft_trainer_with_trls_defaults_learns_compiles_once_and_its_model_comes_back(kernel: Kernel) -> None:
-    kernel.run("%load_ext tpu_nb", allow_errors=False)
-    kernel.run(SETUP, allow_errors=False)
+    prepared(kernel)
+    kernel.run("model = base_model()", allow_errors=False)
     cell = kernel.run(SFT, timeout=600)
     said = text_of(cell)
     assert not errors_of(cell), said
@@ -103,6 +110,7 @@ print(type(model).__name__, sorted(model.peft_config), same, held_loss(model) < 
 
 
 def test_lora_through_peft_config_comes_back_adapted_and_the_saved_adapter_reloads(kernel: Kernel) -> None:
+    prepared(kernel)
     kernel.run("model = base_model()", allow_errors=False)
     cell = kernel.run(LORA, timeout=600)
     said = text_of(cell)
@@ -125,6 +133,7 @@ type(trainer.model_wrapped).__name__
 
 
 def test_sft_with_lora_under_spmd_shards_with_fsdpv2_and_learns(kernel: Kernel) -> None:
+    prepared(kernel)
     kernel.run("model = base_model()", allow_errors=False)
     cell = kernel.run(SPMD, timeout=600)
     said = text_of(cell)
@@ -168,6 +177,7 @@ DPOTrainer(model=model, args=args, train_dataset=prefs, processing_class=tok).tr
 
 
 def test_a_dpo_trainer_with_trls_defaults_moves_the_preference_margin_the_right_way(kernel: Kernel) -> None:
+    prepared(kernel)
     kernel.run(DPO_SETUP, allow_errors=False)
     cell = kernel.run(DPO, timeout=600)
     said = text_of(cell)
@@ -177,7 +187,7 @@ def test_a_dpo_trainer_with_trls_defaults_moves_the_preference_margin_the_right_
     assert after > before + 0.5, (before, after)
 
 
-TRIALS = """%%tpu_train --trials "learning_rate=2e-3,2e-2" --return-best model --trials-metric loss
+TRIALS = """%%tpu_train --trials "learning_rate=2e-3,2e-2" --return-best model --return trained --trials-metric loss
 from peft import LoraConfig
 from trl import SFTConfig, SFTTrainer
 args = SFTConfig(output_dir=f"{out}/trial-{trial['learning_rate']}", max_steps=6, max_length=16, per_device_train_batch_size=8,
@@ -188,10 +198,15 @@ SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tok,
 
 
 def test_two_lora_trials_side_by_side_and_the_best_comes_back_adapted(kernel: Kernel) -> None:
-    kernel.run("model = base_model()", allow_errors=False)
+    prepared(kernel)
+    kernel.run("model = base_model()\ntrained = model  # --return trained: a copy of it per trial", allow_errors=False)
     cell = kernel.run(TRIALS, timeout=600)
     said = text_of(cell)
     assert not errors_of(cell), said
     assert re.search(r"--return-best: model from trial #\d", said), said
     assert "the run added adapters to `model` in place" in said
     assert last_line(kernel.run("print(sorted(model.peft_config), held_loss(model) < before)")).split() == ["['default']", "True"]
+    # --return of a module: a copy per trial, each with its trial's adapters and weights
+    assert last_line(
+        kernel.run("print(*[sorted(each.peft_config) for each in trained], held_loss(trained[1]) != held_loss(trained[0]))")
+    ) == ("['default'] ['default'] True")

@@ -7,6 +7,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
+from tpu_nb.kernel.notebook.adapters import adapters_to_add, add_adapters
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.returns import apply_returns, report_returns
 from tpu_nb.kernel.trials.comparison import Comparison
@@ -100,6 +101,9 @@ def _trial_value(value: Any, in_notebook: Any) -> Any:
         return None
     if isinstance(value, ModuleWeights) and is_module(in_notebook):
         module = copy.deepcopy(in_notebook)
+        added = adapters_to_add(module, value.adapters)
+        if added:
+            add_adapters(module, added)  # the trial's Trainer gave its copy LoRA adapters (peft_config)
         module.load_state_dict(value.state_dict)
         return module
     return value
