@@ -30,6 +30,8 @@ def draw_bars() -> tuple[int, int]:
     for bar_class in (tqdm.notebook.tqdm, LibraryBar, AutoBar):
         for _ in bar_class(range(1000), desc=bar_class.__name__):
             pass
+    for _ in tqdm.notebook.tqdm(range(1000), desc="undisplayed", display=False):  # the widget's own keyword
+        pass
     slow = tqdm.notebook.tqdm(total=300, desc="slow")
     for _ in range(300):
         time.sleep(0.002)
@@ -39,7 +41,7 @@ def draw_bars() -> tuple[int, int]:
 
 
 def assert_text_bars(err: str, out: str) -> None:
-    for name in ("tqdm_notebook", "LibraryBar", "AutoBar", "slow"):
+    for name in ("tqdm_notebook", "LibraryBar", "AutoBar", "undisplayed", "slow"):
         total = 300 if name == "slow" else 1000
         assert f"{name}: 100%|██████████| {total}/{total}" in err, err
     assert "tqdm_notebook" not in out  # no widget's text form printed on stdout

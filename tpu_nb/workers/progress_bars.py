@@ -18,6 +18,7 @@ The notebook's own tqdm is left as it is.
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
 from tpu_nb.workers.import_hooks import when_imported
 
@@ -31,8 +32,17 @@ def text_bars() -> None:
 
 def _drawn_as_text(module: ModuleType) -> None:
     notebook_class = module.tqdm_notebook
+    if getattr(notebook_class, "_tpu_nb_text", False):
+        return
     # Its methods and properties (the widget's __init__, display, close, colour, ...): without them, lookups fall
     # through to tqdm.std's (or, in tqdm.auto's class, tqdm.asyncio's then tqdm.std's) for its subclasses too.
     widget_parts = [name for name, value in vars(notebook_class).items() if callable(value) or isinstance(value, property | staticmethod)]
     for name in widget_parts:
         delattr(notebook_class, name)
+
+    def __init__(self: Any, *args: Any, display: bool = True, **kwargs: Any) -> None:
+        # `display` is the widget's own keyword (show it at once or later), which tqdm.std refuses: a text bar draws.
+        super(notebook_class, self).__init__(*args, **kwargs)
+
+    notebook_class.__init__ = __init__
+    notebook_class._tpu_nb_text = True
