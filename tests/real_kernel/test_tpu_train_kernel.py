@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
-from support.kernel import Kernel, errors_of, plain, shown, text_of
+import pytest
+from support.kernel import Kernel, errors_of, plain, shown, started_kernel, text_of
 from support.processes import descendants
 from support.tracebacks import arrow_line, cell_frame_header
 
 TESTS = str(Path(__file__).parent.parent)
+FORK_SENT = "attempted to send message from fork"  # what ipykernel logs for each message a forked process sends
+
+
+@pytest.fixture(scope="module")
+def module_kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
+    """The module's kernel, its own log (stderr) kept: what a worker sent on its sockets shows there."""
+    with started_kernel(log=tmp_path_factory.mktemp("kernel") / "kernel.log") as kernel:
+        yield kernel
 
 
 def test_tpu_info_then_training_in_the_same_kernel(kernel: Kernel) -> None:
@@ -89,3 +99,28 @@ def test_python_3_12s_fork_warning_is_not_shown(kernel: Kernel) -> None:
         assert "the user still sees their own warnings" in shown(kernel.notebook.cells[-1])
     finally:
         kernel.run("os.fork, warnings.filters[:] = as_they_were", allow_errors=False)
+
+
+def test_a_datasets_progress_bar_in_a_worker_shows_as_text_under_the_cell(kernel: Kernel) -> None:
+    assert kernel.log is not None
+    logged_before = kernel.log.stat().st_size
+    kernel.run("%load_ext tpu_nb", allow_errors=False)
+    notebook = kernel.run(
+        "from datasets import Dataset\n"
+        "from datasets.utils.tqdm import tqdm as datasets_bar\n"
+        "from tqdm.notebook import tqdm as notebook_bar\n"
+        "rows = Dataset.from_dict({'n': list(range(8))})\n"
+        "issubclass(datasets_bar, notebook_bar)",  # in a kernel, datasets' bars are widgets
+        allow_errors=False,
+    )
+    assert "True" in text_of(notebook)
+    cell = kernel.run(
+        "%%tpu_train --no-progress\n"
+        "doubled = rows.map(lambda row: {'twice': 2 * row['n']}, desc='Doubling')\n"
+        "print('sum', sum(doubled['twice']))",
+        allow_errors=False,
+    )
+    seen = shown(cell)
+    assert "Doubling: 100%|██████████| 8/8" in seen and "sum 56" in seen, seen
+    assert "Doubling:   0%" not in seen  # redrawn in place, as in a terminal
+    assert FORK_SENT not in kernel.log.read_bytes()[logged_before:].decode(errors="replace")

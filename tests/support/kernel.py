@@ -8,8 +8,9 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
@@ -23,6 +24,7 @@ class Kernel:
 
     client: NotebookClient
     notebook: nbformat.NotebookNode
+    log: Path | None = None  # the kernel process's stderr (ipykernel's own log), where started_kernel was asked to keep it
 
     def run(self, source: str, timeout: float = 120, allow_errors: bool = True) -> nbformat.NotebookNode:
         cell = nbformat.v4.new_code_cell(source)
@@ -67,12 +69,16 @@ class Kernel:
 
 
 @contextmanager
-def started_kernel() -> Iterator[Kernel]:
-    """A new kernel, as a notebook server starts one (in a session of its own), shut down on leaving."""
+def started_kernel(log: Path | None = None) -> Iterator[Kernel]:
+    """A new kernel, as a notebook server starts one (in a session of its own), shut down on leaving; with `log`, the
+    kernel process's stderr (ipykernel's log, kept across restarts) is appended there instead of pytest's."""
     notebook = nbformat.v4.new_notebook()
     client = NotebookClient(notebook, kernel_name="python3", timeout=120, allow_errors=True, store_widget_state=True)
-    with client.setup_kernel(env=dict(os.environ, PJRT_DEVICE="CPU")):
-        yield Kernel(client, notebook)
+    with ExitStack() as files:
+        # nbclient hands these to the kernel manager's start_kernel, which hands them to the process's launch.
+        launch = {} if log is None else {"stderr": files.enter_context(log.open("ab"))}
+        with client.setup_kernel(env=dict(os.environ, PJRT_DEVICE="CPU"), **launch):
+            yield Kernel(client, notebook, log)
 
 
 def text_of(cell: nbformat.NotebookNode) -> str:
@@ -89,16 +95,28 @@ def text_of(cell: nbformat.NotebookNode) -> str:
 
 
 def shown(cell: nbformat.NotebookNode) -> str:
-    """What a frontend shows for an executed cell: streams, results, and each error's traceback lines."""
-    parts = []
+    """What a frontend shows for an executed cell: streams, results, and each error's traceback lines.
+
+    As JupyterLab (and nbclient's coalesce_streams) do, consecutive outputs of one stream are joined, and text a
+    carriage return goes back over on its line (a progress bar redrawn in place) is what it was overwritten by.
+    """
+    parts: list[str] = []
+    stream = None
     for output in cell.get("outputs", []):
+        if output.output_type == "stream" and output.name == stream:
+            parts[-1] += output.text
+            continue
+        stream = output.name if output.output_type == "stream" else None
         if output.output_type == "stream":
             parts.append(output.text)
         elif output.output_type in ("execute_result", "display_data"):
             parts.append(output.data.get("text/plain", "") + "\n")
         elif output.output_type == "error":
             parts.append("\n".join(output.traceback) + "\n")
-    return plain("".join(parts))
+    return plain("".join(_OVERWRITTEN.sub("", part) for part in parts))
+
+
+_OVERWRITTEN = re.compile(r"[^\n]*\r(?=[^\n])")  # what nbclient's coalesce_streams removes
 
 
 def plain(text: str) -> str:

@@ -27,6 +27,7 @@ from tpu_nb.workers.doctor.probe import WorkerDoctor, analyse_compilations, star
 from tpu_nb.workers.doctor.torch_tpu_doctor import TRACE_DIRECTORY, TorchTpuDoctor
 from tpu_nb.workers.printed_output import capture_output, flush_output, thread_rank
 from tpu_nb.workers.programs import Program, WorkerContext
+from tpu_nb.workers.progress_bars import text_bars
 from tpu_nb.workers.read_back import materialise_pending
 from tpu_nb.workers.stalls.stack_dumps import arm_stack_dumps
 from tpu_nb.workers.stalls.watchdog import StepWatchdog
@@ -157,8 +158,8 @@ def _finish_checkpoints(reporter: reporting.WorkerReporter) -> None:
 
 
 def _prepare_process(payload: WorkerPayload, reporter: reporting.WorkerReporter, context: WorkerContext) -> None:
-    """Once per process, before the user's code computes anything: stack dumps, the watchdog, other libraries mended
-    for XLA (xla_mends), the compilation cache, the XLA doctor."""
+    """Once per process, before the user's code computes anything: stack dumps, the watchdog, progress bars as text,
+    other libraries mended for XLA (xla_mends), the compilation cache, the XLA doctor."""
     global _doctor_started
     with _setup_lock:
         if _doctor_started:  # TPU v2/v3: another device thread of this process got here first
@@ -168,6 +169,7 @@ def _prepare_process(payload: WorkerPayload, reporter: reporting.WorkerReporter,
         arm_stack_dumps(payload.places.run_dir, os.getpid())
         if payload.watchdog is not None:
             reporter.watchdog = StepWatchdog(payload.watchdog)
+        text_bars()
         if payload.chips is not None:
             stack = payload.chips.stack
             reporter.read_compiles = stack.read_compiles

@@ -6,6 +6,8 @@ import linecache
 import pickle
 from dataclasses import replace
 
+import pytest
+
 from tpu_nb.wire.channel import MAX_FRAME
 from tpu_nb.wire.events import Heartbeat
 from tpu_nb.workers.doctor.analysis_log import HOST_READ_CAUSE, Compilation, Frame
@@ -19,6 +21,7 @@ from tpu_nb.workers.doctor.findings import (
     Reading,
     shape_change,
 )
+from tpu_nb.workers.doctor.trl_padding import TrlPadding
 
 CELL = "/tmp/ipykernel_1/cell.py"
 linecache.cache[CELL] = (
@@ -37,6 +40,11 @@ SYNC_LINE = Frame("<module>", CELL, 3)
 READ_LINE = Frame("<module>", CELL, 4)
 MOVE_LINE = Frame("<module>", CELL, 5)
 LIBRARY = Frame("sync", "/venv/lib/python3.11/site-packages/torch_xla/torch_xla.py", 87)
+
+# The longest fix a TRL trainer gets: its batches change in size and length, padded to multiples of a small number.
+BOTH_CHANGE = TrlPadding(
+    "DPOConfig", pad_to_multiple_of=8, max_length=1024, padding_free=False, packing=False, batch_size=16, xla_multiple=128
+)
 
 START = Reading(step=0, seconds=0.0, executions=0, host_reads=0, own_reads=0, fallbacks={}, input_wait=0.0)
 
@@ -136,14 +144,15 @@ def test_shape_change_tells_batch_from_length() -> None:
     assert shape_change((((16, 128),), ((5, 128),))) == ("batch", 16, 5)
 
 
-def test_the_largest_findings_fit_one_event() -> None:
+@pytest.mark.parametrize("padding", [None, BOTH_CHANGE], ids=["any loop", "a TRL trainer"])
+def test_the_largest_findings_fit_one_event(padding: TrlPadding | None) -> None:
     long_file = "/tmp/" + "deeply_nested_module_name_" * 8 + ".py"
     linecache.cache[long_file] = (0, None, ["x" * 300 + "\n"] * 40, long_file)
-    doctor = Doctor(0)
+    doctor = Doctor(0, padding=padding)
     doctor.examine(at(6))
     reads = tuple((Frame("f", long_file, line), 10**6) for line in range(1, 40))
     fallbacks = {f"aten::some_very_long_operator_name_{index}_with_overload": 10**6 for index in range(20)}
-    shapes = (((16, 128),) * 32, ((13, 128),) * 32)
+    shapes = (((16, 128),) * 32, ((13, 96),) * 32)  # batch and length both change
     compilations = tuple(Compilation(HOST_READ_CAUSE, f"graph-{line}", (Frame("f", long_file, line),)) for line in range(1, 40))
     doctor.examine(at(8, compilations=compilations))
     again = tuple(replace(compilation, graph_hash=compilation.graph_hash + "-2") for compilation in compilations)
@@ -306,3 +315,36 @@ def test_graphs_alike_without_a_line_of_the_users_are_no_evidence_in_warm_up() -
     gathered = tuple(Compilation("torch_xla.sync in parallel loader", f"gather-{n}", (LIBRARY,), 2, 1) for n in range(4))
     examination = doctor.examine(at(3, compilations=gathered))
     assert examination.causes == () and examination.diagnoses == ()
+
+
+# A TRL trainer (SFTTrainer, DPOTrainer) makes and pads its batches itself: its user owns only the config's line
+# (the lines themselves: test_trl_padding.py).
+SFT_TO_LONGEST = TrlPadding(
+    "SFTConfig", pad_to_multiple_of=None, max_length=32, padding_free=False, packing=False, batch_size=8, xla_multiple=32
+)
+
+
+def test_a_trl_trainer_compiled_once_per_length_is_told_its_configs_line() -> None:
+    lengths = tuple(((8, length), (8, length)) for length in (22, 23, 21, 19))
+    for padding, fix in ((SFT_TO_LONGEST, "SFTConfig(pad_to_multiple_of=32): "), (None, "give every step the same input shapes")):
+        [diagnosis] = Doctor(0, padding=padding).examine(at(4, compilations=graphs(1, 4), shapes=lengths)).diagnoses
+        assert diagnosis.key == PER_SHAPE and diagnosis.fix.startswith(fix)
+        assert ("tokenizer(..., padding='max_length'" in diagnosis.fix) == (padding is None)  # any other loop: as before
+
+
+def test_a_trl_trainers_recompilation_for_a_new_length_names_its_configs_line() -> None:
+    doctor = Doctor(0, padding=SFT_TO_LONGEST)
+    full = ((8, 22), (8, 22))
+    compiled = Compilation("user torch_xla.sync", "graph-1", (LIBRARY, SYNC_LINE))
+    doctor.examine(at(1, compilations=(compiled,), shapes=(full,)))
+    doctor.examine(at(6, shapes=(full,)))
+    [cause] = doctor.examine(at(12, compilations=(replace(compiled, graph_hash="graph-2"),), shapes=(full, ((8, 24), (8, 24))))).causes
+    assert cause.reason == "input shape changed (length 24 vs 22)"
+    assert cause.fix.startswith("SFTConfig(pad_to_multiple_of=32): ")
+
+
+def test_an_input_seen_in_many_more_shapes_than_the_step_compiled_is_not_why_it_compiles() -> None:
+    """TRL's packed batches padded to one length still carry the sequences' boundaries (cu_seq_lens), one size per
+    batch, which the step's graph does not use: 12 shapes, 2 graphs (measured on XLA:CPU)."""
+    boundaries = tuple(((1, 256), (count,)) for count in (25, 21, 17, 23, 29, 31))
+    assert Doctor(0).examine(at(6, compilations=graphs(1, 2), shapes=boundaries), final=True).diagnoses == ()

@@ -25,6 +25,12 @@ def test_the_input_seen_in_the_most_shapes_is_the_varying_one() -> None:
     assert varying_input((), ()) is None
 
 
+def test_the_dimensions_that_change_are_the_batch_or_the_length() -> None:
+    assert VaryingInput(((16, 128), (16, 96)), None).dimensions == {"length"}
+    assert VaryingInput(((16, 128), (5, 128)), None).dimensions == {"batch"}
+    assert VaryingInput(((16, 128), (5, 96), (5, 128, 2)), None).dimensions == {"batch", "length"}
+
+
 def test_many_shapes_are_named_in_part() -> None:
     shapes = tuple((size, 64) for size in range(8, 18))
     assert VaryingInput(shapes, None).named == "(8, 64), (9, 64), (10, 64), (11, 64), (12, 64), (13, 64) and 4 more"

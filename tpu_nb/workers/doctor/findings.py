@@ -22,6 +22,7 @@ from tpu_nb.workers.doctor.places import describe, first_user_frame
 from tpu_nb.workers.doctor.span import Span
 from tpu_nb.workers.doctor.step_source import Suspect, suspects
 from tpu_nb.workers.doctor.transfers import TransferSite
+from tpu_nb.workers.doctor.trl_padding import TrlPadding, shape_fix
 
 WARMUP_STEPS = 5
 """The first steps compile the step's graphs (the optimizer's state appears at step 1, ...)."""
@@ -122,6 +123,7 @@ class Doctor:
     """Examines one worker's readings; remembers what it has said."""
 
     rank: int
+    padding: TrlPadding | None = None  # set when the run's Trainer is TRL's: its config, not a tokenizer call, fixes shapes
     _started: Reading | None = None  # the first reading after the first step
     _baseline: Reading | None = None  # the first reading after warm-up
     _in_warmup: Reading | None = None  # the latest reading before warm-up ended (the worker's start, at the least)
@@ -204,6 +206,8 @@ class Doctor:
         if not repeated:
             return None
         (place, _cause, _structure), graphs = max(repeated, key=lambda item: len(item[1]))
+        if varying is not None and 2 * len(graphs) < len(varying.shapes):
+            varying = None  # most of its shapes compiled nothing: the step does not use it (TRL's sequence boundaries)
         if varying is None:
             return self._per_size(reading, place, len(graphs))
         evidence = (
@@ -213,7 +217,8 @@ class Doctor:
         places = [f"{place} ({len(graphs)} graphs)"] if place is not None else []
         if varying.site is not None:
             places.append(f"{describe(varying.site)} ({len(varying.shapes)} shapes)")
-        return Diagnosis(self.rank, PER_SHAPE, "Compiled once per input shape", evidence, tuple(places), _PER_SHAPE_FIX, reading.step)
+        fix = _PER_SHAPE_FIX if self.padding is None else shape_fix(self.padding, varying.dimensions)
+        return Diagnosis(self.rank, PER_SHAPE, "Compiled once per input shape", evidence, tuple(places), fix, reading.step)
 
     def _per_size(self, reading: Reading, place: str | None, graphs: int) -> Diagnosis | None:
         """The step's graph compiled again for sizes its own code makes (on the device, a slice, a data-dependent op)."""
@@ -236,7 +241,8 @@ class Doctor:
         change = shape_change(reading.shapes)
         if change is not None:
             dimension, was, now = change
-            return CompileCause(f"input shape changed ({dimension} {now} vs {was})", moved_at or place, _SHAPE_FIX[dimension])
+            fix = _SHAPE_FIX[dimension] if self.padding is None else shape_fix(self.padding, frozenset({dimension}))
+            return CompileCause(f"input shape changed ({dimension} {now} vs {was})", moved_at or place, fix)
         if varying is not None and moved_at is not None:
             return CompileCause(f"input shapes moved to the device change ({varying.named})", moved_at, _PER_SHAPE_FIX)
         in_step = suspects(frame) if frame is not None else ()

@@ -19,6 +19,16 @@ class VaryingInput:
     site: Frame | None
 
     @property
+    def dimensions(self) -> frozenset[str]:
+        """Which of its dimensions change between its shapes: "batch" (the first), "length" (any other)."""
+        changed = set()
+        if len({shape[:1] for shape in self.shapes}) > 1:
+            changed.add("batch")
+        if len({shape[1:] for shape in self.shapes}) > 1:
+            changed.add("length")
+        return frozenset(changed)
+
+    @property
     def named(self) -> str:
         """ "(8, 64), (9, 64), (10, 64)", the first few when there are many."""
         named = ", ".join(str(shape) for shape in self.shapes[:MOST_SHAPES_NAMED])

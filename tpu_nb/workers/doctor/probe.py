@@ -20,6 +20,7 @@ from tpu_nb.workers.doctor.findings import Doctor, Reading
 from tpu_nb.workers.doctor.host_reads import HostReadWatch
 from tpu_nb.workers.doctor.input_watch import InputWatch
 from tpu_nb.workers.doctor.transfers import TransferWatch
+from tpu_nb.workers.doctor.trl_padding import TrlPadding
 
 _HOST_READ_COUNTER = "aten::_local_scalar_dense"
 _EXECUTION_COUNTERS = ("ExecuteComputation", "ExecuteReplicated")
@@ -84,6 +85,11 @@ class WorkerDoctor:
         self.transfers.install()
         # The worker's start, before the user's code: a run no heartbeat saw past warm-up is judged from here.
         self._doctor.examine(self._read(0, 0))
+
+    def padded_by(self, padding: TrlPadding) -> None:
+        """The run's Trainer is TRL's and pads its batches so: a changing shape's fix names its config's line."""
+        with self._lock:
+            self._doctor.padding = padding
 
     def check(self, step: int, own_reads: int, final: bool = False) -> Checkup:
         """The doctor's look at this moment; `final` when the user's code has returned."""

@@ -47,11 +47,6 @@ def _patch(module: Any, spmd: bool, xla: bool) -> None:
     trainer_class = module.Trainer
     if getattr(trainer_class, "_tpu_nb_patched", False):
         return
-    # transformers' tqdm bars (saving, evaluation) are widgets in a notebook,
-    # which a forked worker cannot show: ipykernel drops and logs each message.
-    from transformers.utils import logging
-
-    logging.disable_progress_bar()
     original_init = trainer_class.__init__
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -405,7 +400,8 @@ def _value(option: Any) -> str:
 
 
 def _replace_progress_callbacks(trainer: Any, module: Any, checkpoints: TrainerCheckpoints | None) -> None:
-    # Their output cannot render from a fork; the dashboard replaces them.
+    # The dashboard shows the training's progress and logs; transformers' other bars (loading, saving) draw as text
+    # (workers/progress_bars).
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from tpu_nb.workers.trainer.callback import TpuNbCallback
