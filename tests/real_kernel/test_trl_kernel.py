@@ -210,3 +210,31 @@ def test_two_lora_trials_side_by_side_and_the_best_comes_back_adapted(kernel: Ke
     assert last_line(
         kernel.run("print(*[sorted(each.peft_config) for each in trained], held_loss(trained[1]) != held_loss(trained[0]))")
     ) == ("['default'] ['default'] True")
+
+
+BF16 = """%%tpu_train --return model --checkpoint {checkpoints} --every 3steps {resume}
+from trl import SFTConfig, SFTTrainer
+args = SFTConfig(output_dir=out, max_steps={steps}, max_length=16, per_device_train_batch_size=8, learning_rate=5e-3, report_to=[])
+SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tok).train().global_step
+"""
+
+SAVED_DTYPES = """
+import glob
+from safetensors import safe_open
+newest = max(glob.glob(checkpoints + "/checkpoint-*/model.safetensors"), key=lambda path: int(path.split("-")[-1].split("/")[0]))
+with safe_open(newest, "pt") as saved:
+    print(model.dtype, sorted({str(saved.get_tensor(key).dtype) for key in saved.keys()}), newest.split("/")[-2])
+"""
+
+
+def test_a_bf16_model_trains_checkpoints_and_resumes_in_bf16(kernel: Kernel) -> None:
+    prepared(kernel)
+    kernel.run("model = base_model().to(torch.bfloat16)\ncheckpoints = tempfile.mkdtemp()", allow_errors=False)
+    first = kernel.run(BF16.format(checkpoints="{checkpoints}", resume="", steps=6), timeout=600)
+    assert not errors_of(first), text_of(first)
+    assert last_line(kernel.run(SAVED_DTYPES)) == "torch.bfloat16 ['torch.bfloat16'] checkpoint-6"
+    resumed = kernel.run(BF16.format(checkpoints="{checkpoints}", resume="--resume", steps=9), timeout=600)
+    said = text_of(resumed)
+    assert not errors_of(resumed), said
+    assert "resumed from" in said and "(step 6)" in said
+    assert last_line(kernel.run(SAVED_DTYPES)) == "torch.bfloat16 ['torch.bfloat16'] checkpoint-9"
