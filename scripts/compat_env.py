@@ -25,8 +25,8 @@ looks where this machine's pip looks (the local indexes and /opt/wheels, read
 from PIP_* and pip's config by `pip_sources`) and then PyPI, for the best
 match, as pip does. Large wheels that the dev venv (.venv) already holds at the
 version the image needs are hard-linked in first (see `link_large_wheels`). `install` installs tpu_nb from this checkout the way the
-README's "Install" tells Colab and Kaggle users to (`pip install tpu_nb`, no extras) and
-compares the environment before and after: a package that pip upgraded,
+README's "Install" tells Colab and Kaggle users to (`pip install tpu_nb`, with the `trl` extra that
+TRL's users add) and compares the environment before and after: a package that pip upgraded,
 downgraded or removed fails the build; packages it added are listed.
 """
 
@@ -172,18 +172,20 @@ def build_image(image: str) -> None:
 
 
 def install_tpu_nb(image: str) -> int:
+    """`pip install "tpu_nb[trl]"`: tpu_nb as the README tells Colab and Kaggle users, with TRL's extra, which the tests of
+    TRL's trainers use; neither may change a package the image ships."""
     before = installed(image)
     before.pop("tpu-nb", None)  # an earlier install of this checkout
-    pip(image, "install", str(REPO))
+    pip(image, "install", f"{REPO}[trl]")
     after = installed(image)
     changed = {name: (version, after.get(name)) for name, version in before.items() if after.get(name) != version}
     added = {name: version for name, version in after.items() if name not in before}
     listed = ", ".join(f"{name} {version}" for name, version in sorted(added.items()))
     if changed:
         for name, (was, now) in sorted(changed.items()):
-            print(f"{image}: pip install tpu_nb changed {name} {was} -> {now or 'removed'}", file=sys.stderr)
+            print(f"{image}: pip install tpu_nb[trl] changed {name} {was} -> {now or 'removed'}", file=sys.stderr)
         return 1
-    print(f"{image}: pip install tpu_nb changed none of the {len(before)} installed packages; added {listed}")
+    print(f"{image}: pip install tpu_nb[trl] changed none of the {len(before)} installed packages; added {listed}")
     return 0
 
 

@@ -36,5 +36,7 @@ def describe(config: Mapping[str, Any]) -> str:
     kind = str(config.get("peft_type", "adapter"))
     rank = f", r={config['r']}" if "r" in config else ""
     targets = config.get("target_modules")
-    on = f" on {', '.join(targets)}" if isinstance(targets, list) else (f" on {targets}" if isinstance(targets, str) else "")
+    # PEFT stores "all-linear" as every layer's full path: the kinds of layer are what the user chose.
+    kinds = sorted({target.rsplit(".", 1)[-1] for target in targets}) if isinstance(targets, list) else None
+    on = f" on {', '.join(kinds)}" if kinds else (f" on {targets}" if isinstance(targets, str) else "")
     return f"{kind}{rank}{on}"
