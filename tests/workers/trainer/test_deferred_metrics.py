@@ -44,6 +44,7 @@ def test_dpo_patterns_token_counts_and_a_running_total() -> None:
     running += DeferredValue(torch.tensor(7)).sum().item() // 1
     assert int(running) == 17
     assert DeferredValue(torch.tensor([1.0, 2.0])).tolist() == [1.0, 2.0]  # beyond the patterns: read at once
+    assert DeferredValue(torch.tensor(0)) == 0 and not DeferredValue(torch.tensor(0)) and DeferredValue(torch.tensor(3)) >= 3
 
 
 def test_a_trainers_log_reads_every_deferred_value_once_and_averages_as_trl_does() -> None:

@@ -63,6 +63,30 @@ class DeferredValue:
     def __gt__(self, other: Any) -> bool:
         return True  # `x / n if n > 0 else 0.0`: the division is guarded instead (0 where n is 0)
 
+    # Any other comparison or truth test is read now, as TRL would have read it.
+    def __lt__(self, other: Any) -> bool:
+        return bool(self._read() < _read(other))
+
+    def __le__(self, other: Any) -> bool:
+        return bool(self._read() <= _read(other))
+
+    def __ge__(self, other: Any) -> bool:
+        return bool(self._read() >= _read(other))
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self._read() == _read(other))
+
+    def __ne__(self, other: object) -> bool:
+        return bool(self._read() != _read(other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __bool__(self) -> bool:
+        return bool(self._read())
+
+    def _read(self) -> Any:
+        return self.tensor.item() if self.tensor.numel() == 1 else self.tensor.cpu()
+
     def __float__(self) -> float:
         return float(self.tensor.item())
 
@@ -142,6 +166,10 @@ def _guarded_division(numerator: Any, denominator: Any) -> Any:
         return numerator / denominator
     quotient = numerator / torch.where(denominator == 0, torch.ones_like(denominator), denominator)
     return torch.where(denominator == 0, torch.zeros_like(quotient), quotient)
+
+
+def _read(value: Any) -> Any:
+    return value._read() if isinstance(value, DeferredValue) else value
 
 
 def _tensor(value: Any) -> Any:
