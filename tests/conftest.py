@@ -7,6 +7,10 @@ import os
 import signal
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
+# Nothing can come from the Hub here. huggingface_hub reads this once, when it is first imported, which any test
+# module may do (peft, trl, transformers): set here, before every test module, it holds whatever order they load in;
+# without it every Hub lookup retries for ~23 s.
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 from collections.abc import Iterator
 

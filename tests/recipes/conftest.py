@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
-# Read when huggingface_hub is imported: without it every Hub lookup retries for ~23 s.
-os.environ["HF_HUB_OFFLINE"] = "1"
-
 from pathlib import Path
 
 import pytest
