@@ -11,8 +11,9 @@ from typing import Any
 import fsspec
 import pytest
 
+from tpu_nb.runtime.owners import Owner, this_process
 from tpu_nb.wire.checkpoints import RECORD
-from tpu_nb.workers.checkpoints.files import Staged, local_copy, remove_copy, trainer_directory
+from tpu_nb.workers.checkpoints.files import Staged, local_copy, remove_abandoned, remove_copy, trainer_directory
 
 
 def test_a_checkpoint_is_staged_as_partial_and_renamed_when_written(tmp_path: Path) -> None:
@@ -171,8 +172,27 @@ def test_temporary_directories_are_never_taken_for_a_dead_kernels_pid(tmp_path: 
     with Staged("memory://digits", 5) as staging:
         private_directory("", tmp_path)  # another kernel clears what dead kernels left
         assert staging.is_dir() and copy.is_dir() and trainer.is_dir()
-    assert copy.parent.name == f"tpu_nb-checkpoint-copy-{os.getpid()}-10000000"
-    assert trainer.name.startswith(f"tpu_nb-checkpoint-trainer-{os.getpid()}-1")
+    me = this_process()
+    assert me is not None
+    assert copy.parent.name == f"tpu_nb-checkpoint-copy-{me.name}-10000000"
+    assert trainer.name.startswith(f"tpu_nb-checkpoint-trainer-{me.name}-1")
+
+
+def test_only_directories_whose_owner_is_provably_gone_are_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A /tmp shared with another container holds its live run's directories under pids that are dead here."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    me = this_process()
+    assert me is not None
+    dead_here = Owner(2**22 - 3, 5, me.place)  # no such pid runs: made by a process of this boot and namespace, gone
+    reused = Owner(me.pid, me.started + 1, me.place)  # this pid, but another process's start: the pid was reused
+    elsewhere = Owner(2**22 - 3, 5, "0123456789ab")  # another pid namespace's: not ours to judge
+    for owner in (dead_here, reused, elsewhere):
+        (tmp_path / f"tpu_nb-checkpoint-copy-{owner.name}-x1y2z3").mkdir()
+    (tmp_path / "tpu_nb-checkpoint-copy-1234-x1y2z3").mkdir()  # named by an older tpu_nb: a pid alone, left alone
+    remove_abandoned(tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        [f"tpu_nb-checkpoint-copy-{elsewhere.name}-x1y2z3", "tpu_nb-checkpoint-copy-1234-x1y2z3"]
+    )
 
 
 def test_a_failed_upload_leaves_no_temporary_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

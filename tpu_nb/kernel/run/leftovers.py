@@ -16,43 +16,17 @@ without that identity (tempfile's random letters are never read as a pid).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
+from tpu_nb.runtime.owners import OWNER_PATTERN, Owner, gone, this_process
 from tpu_nb.runtime.system import SystemView
 
 PREFIX = "tpu_nb-"
-_NAMED = re.compile(rf"{re.escape(PREFIX)}(?:[a-z]+-)?(\d+)-(\d+)-([0-9a-f]{{12}})-")
-
-
-@dataclass(frozen=True, slots=True)
-class Owner:
-    """The process a directory is for, as its name says."""
-
-    pid: int
-    started: int
-    """Its start, in clock ticks after boot."""
-    place: str
-    """Where its pid counts: 12 hex digits of a digest of the boot's id and the pid namespace."""
-
-    @property
-    def name(self) -> str:
-        return f"{self.pid}-{self.started}-{self.place}"
-
-
-def this_process(system: SystemView | None = None) -> Owner | None:
-    """This process as a directory names it; None where /proc cannot say which process, boot and namespace it is."""
-    system = system or SystemView.current()
-    started = system.process_start_ticks(system.own_pid)
-    namespace = system.own_pid_namespace()
-    if started is None or namespace is None:
-        return None
-    return Owner(system.own_pid, started, hashlib.sha256(namespace.encode()).hexdigest()[:12])
+_NAMED = re.compile(rf"{re.escape(PREFIX)}(?:[a-z]+-)?{OWNER_PATTERN}-")
 
 
 def private_directory(kind: str, under: Path | None = None) -> Path:
@@ -81,5 +55,5 @@ def remove_left_behind(directory: Path, owner: Owner, system: SystemView | None 
             mine = path.lstat().st_uid == os.getuid()
         except OSError:
             continue  # removed meanwhile
-        if mine and system.process_start_ticks(int(named[1])) != int(named[2]):
+        if mine and gone(Owner(int(named[1]), int(named[2]), named[3]), owner, system):
             shutil.rmtree(path, ignore_errors=True)

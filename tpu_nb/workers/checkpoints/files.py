@@ -5,7 +5,7 @@ is written as `checkpoint-N.partial/` and renamed once checked; to a URL, it is
 written locally and uploaded with its record last. Until the record is there,
 a checkpoint does not count. A resume reads a URL's checkpoint from a local
 copy (`local_copy`), fetched once per host whatever the number of ranks.
-Temporary directories are named `tpu_nb-checkpoint-KIND-PID-...`, which
+Temporary directories are named `tpu_nb-checkpoint-KIND-PID-START-PLACE-...` (runtime/owners.py), which
 the kernel's cleanup of dead kernels' directories (`tpu_nb-[KIND-]PID-START-PLACE-...`,
 kernel/run/leftovers.py) never reads as a kernel's: "checkpoint" and KIND
 are words.
@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tpu_nb.runtime.system import process_alive
+from tpu_nb.runtime.owners import Owner, gone, this_process
 from tpu_nb.wire.checkpoints import PARTIAL, PREFIX, RECORD, Checkpoint, checkpoint_name, list_checkpoints
 from tpu_nb.wire.locations import is_remote, local_path
 from tpu_nb.workers.checkpoints.contents import TENSOR_FILES
@@ -99,9 +99,11 @@ COPY_PREFIX = "tpu_nb-checkpoint-copy-"
 FETCH_PREFIX = "tpu_nb-checkpoint-fetch-"
 """A URL's checkpoint fetched once for the ranks of a run on this host, each taking its copy from it."""
 TEMPORARY_PREFIXES = (STAGING_PREFIX, TRAINER_PREFIX, COPY_PREFIX)
-"""Each named `PREFIX<pid>-<random>` after the process it is for: once that process is gone, the next one to make a
-temporary directory (or fetch a checkpoint) on the host removes it, so a worker killed with SIGKILL leaves nothing
-for long. The pid follows a word (`copy`, ...), where kernel/run/leftovers.py never looks for one."""
+"""Each named `PREFIX<owner>-<random>` after the process it is for (runtime/owners.py: its pid, start and where the pid
+counts): once that process is provably gone, the next one to make a temporary directory (or fetch a checkpoint) on the
+host removes it, so a worker killed with SIGKILL leaves nothing for long, and a directory another container made in a
+/tmp it shares is never taken for an abandoned one. The owner follows a word (`copy`, ...), where
+kernel/run/leftovers.py never looks for one."""
 
 
 def _size(checkpoint: Checkpoint) -> int:
@@ -116,16 +118,22 @@ def trainer_directory(directory: str) -> str:
 
 
 def temporary_directory(prefix: str) -> Path:
-    """A new private temporary directory for this process: `prefix` (one of TEMPORARY_PREFIXES), its pid, random letters."""
+    """A new private temporary directory for this process: `prefix` (one of TEMPORARY_PREFIXES), this process as its
+    owner (none where /proc cannot say: then only its run removes it), random letters."""
     remove_abandoned(Path(tempfile.gettempdir()))
-    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+    owner = this_process()
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{'' if owner is None else owner.name + '-'}"))
 
 
 def remove_abandoned(directory: Path) -> None:
     """Remove the temporary directories of checkpoints in `directory` that no live process of this user's needs.
 
     A staging, a Trainer's directory or a rank's copy goes once the process named in it is gone; a shared fetch,
-    once every rank that took a copy from it is gone (one being fetched holds its lock, and is left alone)."""
+    once every rank that took a copy from it is gone (one being fetched holds its lock, and is left alone). A name
+    whose owner this process cannot judge (made in another boot or pid namespace, or by an older tpu_nb) stays."""
+    here = this_process()
+    if here is None:
+        return
     for path in directory.glob("tpu_nb-checkpoint-*"):
         try:
             found = path.lstat()
@@ -135,12 +143,15 @@ def remove_abandoned(directory: Path) -> None:
             continue
         if path.name.startswith(FETCH_PREFIX):
             with contextlib.suppress(BlockingIOError), _locked(path, wait=False) as lock:
-                if path.is_dir() and not any(process_alive(pid) for pid in _takers(path)):
+                takers = _takers(path)
+                if path.is_dir() and all(taker is not None and gone(taker, here) for taker in takers):
                     _remove(path, lock)
             continue
         for prefix in TEMPORARY_PREFIXES:
-            owner = path.name.removeprefix(prefix).split("-")[0] if path.name.startswith(prefix) else ""
-            if owner.isdigit() and not process_alive(int(owner)):
+            if not path.name.startswith(prefix):
+                continue
+            owner = Owner.parse("-".join(path.name.removeprefix(prefix).split("-")[:3]))
+            if owner is not None and gone(owner, here):
                 shutil.rmtree(path, ignore_errors=True)
 
 
@@ -169,7 +180,8 @@ def local_copy(path: str, ranks: int) -> Path:
             _take(shared / name, copy)
             takers = shared / "takers"
             takers.mkdir(exist_ok=True)
-            (takers / f"{len(list(takers.iterdir()))}").write_text(str(os.getpid()))
+            me = this_process()
+            (takers / f"{len(list(takers.iterdir()))}").write_text("" if me is None else me.name)
             if len(list(takers.iterdir())) >= ranks:
                 _remove(shared, lock)
     except BaseException:
@@ -206,9 +218,10 @@ def _fetch(url: str, local: Path) -> None:
         filesystem.get_file(remote, str(local / remote.rstrip("/").rsplit("/", 1)[-1]))
 
 
-def _takers(shared: Path) -> list[int]:
+def _takers(shared: Path) -> list[Owner | None]:
+    """The processes that took a copy from a shared fetch (None for one this process cannot name)."""
     takers = shared / "takers"
-    return [int(marker.read_text() or 0) for marker in takers.iterdir()] if takers.is_dir() else []
+    return [Owner.parse(marker.read_text()) for marker in takers.iterdir()] if takers.is_dir() else []
 
 
 @contextlib.contextmanager
