@@ -35,6 +35,19 @@ def test_a_second_run_is_refused_while_one_is_alive() -> None:
     assert Run.alive() is None
 
 
+def test_a_failure_after_the_processes_started_leaves_none_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unwatchable(*args: object, **kwargs: object) -> None:
+        raise OSError(24, "Too many open files")  # what the stall watch's files can meet
+
+    monkeypatch.setattr("tpu_nb.kernel.run.local_run.StallWatch", unwatchable)
+    run = Run(FunctionProgram(__import__("time").sleep, (30,)), LaunchOptions(progress=False), "a run")
+    with pytest.raises(OSError, match="Too many open files"):
+        run.start()
+    run.close()
+    assert not descendants(__import__("os").getpid())  # the supervisor and its worker were ended
+    assert Run.alive() is None
+
+
 def test_a_run_in_the_foreground_ends_with_its_results() -> None:
     ending = run_in_foreground(Run(FunctionProgram(sum, ([1, 2],)), LaunchOptions(progress=False), "sum"))
     assert (ending.status, ending.error) == ("done", None)

@@ -162,8 +162,13 @@ class Run(FollowedRun):
             if chips is not None:
                 chips.release()  # the supervisor forked with its copy of the rendezvous's socket, or never will
         assert self._processes.places is not None
-        self._chips = _chip_poller(info, environment.devices, self.options.spmd)
-        self._stalls = StallWatch(self._processes.places.run_dir, self.options.watchdog, chips=self._chip_text)
+        try:
+            self._chips = _chip_poller(info, environment.devices, self.options.spmd)
+            self._stalls = StallWatch(self._processes.places.run_dir, self.options.watchdog, chips=self._chip_text)
+        except BaseException:
+            self._processes.end()  # started, but not yet a run that close() would end: nothing may be left running
+            Run.let_go(self)
+            raise
         self._observers.insert(0, self._stalls)
 
     def _compile_cache(self, info: RuntimeInfo) -> str | None:
