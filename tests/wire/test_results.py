@@ -75,6 +75,13 @@ def test_module_weights_keep_the_adapters_a_worker_added_in_the_json_index(tmp_p
     assert back is not None and back.returned["model"].adapters == adapters
 
 
+def test_an_index_that_cannot_be_read_is_an_error_that_keeps_it(tmp_path: Path) -> None:
+    save_result(RankResult(7, True), ResultPlaces(tmp_path), 0)
+    index_file(tmp_path, 0).write_bytes(b"\xff{ not json")  # what a failing disk hands back
+    with pytest.raises(ResultNotLoaded, match=r"result-0.json could not be loaded \(UnicodeDecodeError"):
+        load_result(tmp_path, 0)
+
+
 class _RunsCode:
     def __reduce__(self) -> tuple[object, tuple[str]]:
         return (print, ("this ran in the kernel",))

@@ -149,7 +149,10 @@ def load_result(directory: Path, rank: int, *, pickled: bool = True, names: Coll
     index = index_file(directory, rank)
     if not index.exists():
         return None
-    record = json.loads(index.read_text())
+    try:
+        record = json.loads(index.read_text())
+    except (OSError, ValueError) as error:  # the disk failing under it: said as any part that cannot be read
+        raise ResultNotLoaded(index, error) from None
     value, returned, lost = None, {}, []
     for part in record["parts"]:
         key = part["key"]
