@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 import tqdm.notebook
@@ -22,11 +23,17 @@ class AutoBar(tqdm.notebook.tqdm, tqdm_asyncio):  # type: ignore[misc]
     """tqdm.auto's class in a kernel."""
 
 
+def widgets_made(ipywidgets: Any) -> int:
+    """How many widgets live: ipywidgets 8 keeps them in `widget._instances`, 7 (Colab's) in `Widget.widgets`."""
+    live = getattr(ipywidgets.widgets.widget, "_instances", None)
+    return len(ipywidgets.Widget.widgets if live is None else live)
+
+
 def draw_bars() -> tuple[int, int]:
     """In the worker: a bar of each class, a slow one besides. The widgets made, and the lines the slow bar drew."""
     import ipywidgets
 
-    widgets_before = len(ipywidgets.widgets.widget._instances)
+    widgets_before = widgets_made(ipywidgets)
     for bar_class in (tqdm.notebook.tqdm, LibraryBar, AutoBar):
         for _ in bar_class(range(1000), desc=bar_class.__name__):
             pass
@@ -37,7 +44,7 @@ def draw_bars() -> tuple[int, int]:
         time.sleep(0.002)
         slow.update()
     slow.close()
-    return len(ipywidgets.widgets.widget._instances) - widgets_before, slow.n
+    return widgets_made(ipywidgets) - widgets_before, slow.n
 
 
 def assert_text_bars(err: str, out: str) -> None:
