@@ -27,6 +27,7 @@ from tpu_nb.kernel.notebook.interrupts import interrupts_counted
 from tpu_nb.kernel.planning.deadlines import Deadline, StopNeeds
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.progress.display import ProgressDisplay
+from tpu_nb.kernel.progress.throughput import Throughput, ThroughputMeter
 from tpu_nb.kernel.run.stop_wait import StopClock, StopWait
 from tpu_nb.wire.events import Event, Notice
 from tpu_nb.wire.stacks import StackReport
@@ -57,8 +58,9 @@ class FollowedRun(ABC):
         self.title = title
         self._write = write
         self._curves = CurveKeeper()  # for the run log's record
+        self._speed = ThroughputMeter()  # the run's speed (tokens/s, MFU); its basis is set when the run starts
         self._logged = dict(logged or {})  # what the log's record adds: a sweep's trial and label
-        self._observers: list[RunObserver] = [self._curves, *observers]
+        self._observers: list[RunObserver] = [self._curves, self._speed, *observers]
         self._display: ProgressDisplay | None = None
         self._started_at: float | None = None
         self._started_wall = time.time()
@@ -96,6 +98,11 @@ class FollowedRun(ABC):
         now = time.monotonic()
         wait = self._stop_clock.wait(self._stop_requested_at or now, now)
         return dataclasses.replace(wait, seconds=wait.seconds + self._stop_ahead)
+
+    @property
+    def throughput(self) -> Throughput:
+        """The run's speed so far (after warm-up): tokens/s, samples/s, MFU."""
+        return self._speed.overall()
 
     @abstractmethod
     def stacks(self) -> StackReport:
