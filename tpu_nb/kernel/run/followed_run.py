@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from tpu_nb.kernel.endings.run_ending import Ending
-from tpu_nb.kernel.history.log import LOG_FILE, CurveKeeper, append_record, changed_options, log_directory
+from tpu_nb.kernel.history.log import LOG_FILE, THROUGHPUT_CURVE, CurveKeeper, append_record, changed_options, log_directory, thinned
 from tpu_nb.kernel.history.run_record import RunRecord
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.interrupts import interrupts_counted
@@ -194,6 +194,10 @@ class FollowedRun(ABC):
         if directory is None:
             return
         checkpoints = self.options.checkpoints
+        speed = self._speed.overall()
+        curves = self._curves.curves()
+        if self._speed.curve:
+            curves[THROUGHPUT_CURVE] = thinned(self._speed.curve)
         record = RunRecord(
             number=0,
             title=self.title,
@@ -206,8 +210,10 @@ class FollowedRun(ABC):
             sweep=self._logged.get("sweep"),
             final=dict(self._curves.final),
             best=dict(self._curves.best),
-            curves=self._curves.curves(),
+            curves=curves,
             checkpoints=None if checkpoints is None else checkpoints.directory,
+            tokens_per_second=speed.tokens_per_second,
+            mfu=speed.mfu,
         )
         try:
             append_record(directory, record)
