@@ -2,8 +2,10 @@
 
 The same loop (a small BERT, MpDeviceLoader, xm.optimizer_step) runs
 - raw: `xmp.spawn(fn, start_method="fork")`, no tpu_nb, no reporting;
-- tpu_nb: `%%tpu_train` with `report(step=..., loss=loss)` every step and
-  the live widget dashboard (the XLA doctor on, as by default);
+- tpu_nb: `%%tpu_train` with `report(step=..., loss=loss, tokens=..., samples=...)`
+  every step, its tokens counted on the device (`(input_ids != 0).sum()`,
+  a lazy tensor), and the live widget dashboard with its speed line (the
+  XLA doctor on, as by default, reading where each step's time goes);
 - no_doctor: the same with `--no-doctor`.
 Each worker measures its own steps/s after warm-up, its XLA compilations,
 its device-to-host transfers (TransferFromDeviceTime samples) and CPU time:
@@ -11,9 +13,10 @@ the process's per step, and what noise does not move, tpu_nb's own per step
 (the CPU time of its threads, the heartbeat with the doctor, read from
 /proc, plus the time the training thread spends inside `report()`).
 Variants alternate, ROUNDS times each; medians and spreads are compared.
-Target: identical compile counts, one extra transfer per reporting interval,
-throughput ratio >= 0.98, doctor on/off ratio >= 0.99, tpu_nb's CPU time
-under 1% of a 100 ms TPU step (1000 us).
+Target: identical compile counts after warm-up, at most two extra transfers
+per reporting interval (the loss and the token count, read together after
+their step ran), throughput ratio >= 0.98, doctor on/off ratio >= 0.99,
+tpu_nb's CPU time with throughput on under 1% of a 100 ms TPU step (1000 us).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ def tpu_nb_threads_cpu():
             ticks += int(rest[11]) + int(rest[12])
     return ticks / os.sysconf("SC_CLK_TCK")
 
-def train_loop(device, on_step):
+def train_loop(device, on_step):  # on_step(step, loss, input_ids)
     import torch_xla.core.xla_model as xm
     import torch_xla.debug.metrics as met
     import torch_xla.distributed.parallel_loader as pl
@@ -77,7 +80,7 @@ def train_loop(device, on_step):
         xm.optimizer_step(optimizer)
         optimizer.zero_grad()
         before = time.thread_time()
-        on_step(step, loss)
+        on_step(step, loss, input_ids)
         in_report += time.thread_time() - before
     xm.wait_device_ops()
     seconds, steps = time.perf_counter() - started, STEPS - WARMUP
@@ -94,14 +97,16 @@ RAW = """
 import torch_xla, torch_xla.distributed.xla_multiprocessing as xmp
 
 def raw_worker(index):
-    figures = train_loop(torch_xla.device(), lambda step, loss: None)
+    figures = train_loop(torch_xla.device(), lambda step, loss, input_ids: None)
     print("FIGURES raw " + json.dumps(figures), flush=True)
 
 xmp.spawn(raw_worker, start_method="fork")
 """
 
 TPU_NB = """%%tpu_train
-figures = train_loop(device, lambda step, loss: report(step=step, loss=loss, max_steps=STEPS, batch_size=32))
+def on_step(step, loss, input_ids):
+    report(step=step, loss=loss, max_steps=STEPS, tokens=(input_ids != 0).sum(), samples=32)
+figures = train_loop(device, on_step)
 print("FIGURES tpu_nb " + json.dumps(figures), flush=True)
 """
 
@@ -138,13 +143,17 @@ def main() -> None:
     print(f"throughput ratio doctor on/off (medians): {doctor:.3f} (target >= 0.99)")
     extra = median("tpu_nb", "transfers_after_warmup") - median("raw", "transfers_after_warmup")
     seconds = median("tpu_nb", "seconds")
-    print(f"extra transfers: {extra:.0f} over {seconds:.1f}s (at most one per 0.25 s reporting interval: {seconds / 0.25:.0f})")
+    print(
+        f"extra transfers: {extra:.0f} over {seconds:.1f}s (at most two per 0.25 s reporting interval, the loss and the "
+        f"token count: {2 * seconds / 0.25:.0f}; {STEPS - WARMUP} steps)"
+    )
     own = median("tpu_nb", "own_cpu_us_per_step")
     # The training thread also runs the doctor's input watch and host-read hooks: its extra time over raw counts too.
     in_thread = median("tpu_nb", "training_thread_us_per_step") - median("raw", "training_thread_us_per_step")
     added = own + max(in_thread - own, 0)
     print(
-        f"tpu_nb's CPU time per step: its threads (heartbeat, doctor) and report() {own:.0f} us; the training thread "
+        f"tpu_nb's CPU time per step, throughput on (tokens and samples counted, the step's time split read): its "
+        f"threads (heartbeat, doctor) and report() {own:.0f} us; the training thread "
         f"{in_thread:+.0f} us over raw (report() included); together {added:.0f} us, {added / 1000:.2f}% of a 100 ms TPU step "
         f"(target < 1%). Without the doctor: {median('no_doctor', 'own_cpu_us_per_step'):.0f} us and "
         f"{median('no_doctor', 'training_thread_us_per_step') - median('raw', 'training_thread_us_per_step'):+.0f} us. "

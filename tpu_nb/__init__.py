@@ -66,7 +66,13 @@ declare("launch", launch)
 
 
 def report(step: int | None = None, loss: Any = None, **metrics: Any) -> None:
-    """Send training progress from a worker; see `tpu_nb.workers.reporting.report`."""
+    """Send training progress from a worker (rate-limited: call it every step); see `tpu_nb.workers.reporting.report`.
+
+    Besides `loss` and other metrics (numbers or tensors, read after the step
+    has run), `max_steps`, `epoch`, `batch_size`, and `tokens` and `samples`:
+    this rank's counts in this step (numbers or tensors, summed on the
+    device), for tokens/s, samples/s and MFU.
+    """
     from tpu_nb.workers.reporting import report as _report
 
     _report(step=step, loss=loss, **metrics)

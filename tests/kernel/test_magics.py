@@ -18,6 +18,9 @@ from support.tracebacks import arrow_line, cell_frame_header
 
 from tpu_nb import selftest
 from tpu_nb.kernel.endings.notebook_errors import LaunchRefused, WorkerError
+from tpu_nb.kernel.history.log import read_log
+from tpu_nb.kernel.progress.text import format_count_rate, format_mfu
+from tpu_nb.kernel.progress.throughput import STAND_IN_PEAK
 
 
 def run(shell: InteractiveShell, cell: str):  # type: ignore[no-untyped-def]
@@ -193,6 +196,24 @@ def test_tpu_runs_lists_the_logged_runs_and_says_which_numbers_exist(ip: Interac
         ip.run_line_magic("tpu_runs", f"4 --log {tmp_path}")
     with pytest.raises(UsageError, match="--last 0"):
         ip.run_line_magic("tpu_runs", f"--last 0 --log {tmp_path}")
+
+
+def test_tpu_runs_shows_each_runs_tokens_per_second_and_mfu_and_overlays_its_speed(
+    ip: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(STAND_IN_PEAK, "1e8")  # FLOP/s for the device's "chip": XLA:CPU has no peak
+    cell = "%%tpu_train --run-log {} --cores 1 --flops-per-token 6e3\nimport time\nfor step in range(1, 13):\n"
+    cell += "    report(step=step, loss=1 / step, tokens=1000)\n    time.sleep(0.1)\n"
+    result, captured = run(ip, cell.format(tmp_path))
+    assert result.success, captured.stderr
+    [record] = read_log(tmp_path).records
+    assert record.tokens_per_second == pytest.approx(10_000, rel=0.3)  # 1,000 tokens a 0.1 s step
+    assert record.mfu == pytest.approx(record.tokens_per_second * 6e3 / 1e8)
+    with capture_output() as shown:
+        ip.run_line_magic("tpu_runs", f"--log {tmp_path} --metric tokens_per_second")
+    [table] = shown.outputs
+    assert f"tokens/s={format_count_rate(record.tokens_per_second)} MFU={format_mfu(record.mfu)}" in table.data["text/plain"]
+    assert ">tokens/s</th>" in table.data["text/html"] and ">MFU</th>" in table.data["text/html"] and "<img" in table.data["text/html"]
 
 
 def test_tpu_runs_lists_the_good_records_of_a_damaged_log_and_says_how_many_lines_it_passed_over(

@@ -302,9 +302,9 @@ def test_the_dashboard_says_the_mode_and_why(torch_tpu: None, monkeypatch: pytes
     labels: list[str] = []
     make_display = local_run.make_display
 
-    def recording(title: str, label: str, workers: int) -> Any:
+    def recording(title: str, label: str, workers: int, **options: Any) -> Any:
         labels.append(label)
-        return make_display(title, label, workers)
+        return make_display(title, label, workers, **options)
 
     monkeypatch.setattr(local_run, "make_display", recording)
     with capture_output():

@@ -1,4 +1,5 @@
-"""Single checks with planted faults, on XLA:CPU: each fails with a message that names the fix."""
+"""Single checks with planted faults, on XLA:CPU: each fails with a message that names the fix; the speed figures a run's
+events give the report."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 from support.device_holders import fake_tpu_in
+from support.platforms import MakeSystem
 from support.processes import descendants, interrupt_when, wait_until
 
 from tpu_nb.runtime import detect
@@ -16,7 +18,8 @@ from tpu_nb.selftest import series
 from tpu_nb.selftest.context import Context
 from tpu_nb.selftest.report import CheckFailed
 from tpu_nb.selftest.runner import run_check
-from tpu_nb.selftest.series import CHECKS
+from tpu_nb.selftest.series import CHECKS, speed_figures
+from tpu_nb.wire.events import Counted, Event, Progress
 
 
 @pytest.fixture
@@ -94,3 +97,12 @@ def test_on_four_devices_each_holds_a_quarter_of_the_parameters_under_spmd(tmp_p
 
     assert sharded.skipped is None and sharded.figures["devices"] == 4
     assert float(sharded.figures["fraction"]) < 0.3  # the matrices split four ways; a few small vectors whole
+
+
+def test_the_reports_speed_figures_are_the_dashboards_with_why_there_is_no_mfu(make_system: MakeSystem) -> None:
+    events: list[Event] = [Progress(0, step, {}, phase="train", counted=Counted(step * 0.5, step * 256, step * 8)) for step in range(1, 21)]
+    kaggle = speed_figures(detect(make_system("kaggle_v5e_8")), 8, events, 1.0e9)
+    assert kaggle == {"tokens_per_s": 512.0, "mfu": round(512 * 1.0e9 / (8 * 197e12), 4)}
+    cpu = speed_figures(detect(make_system("cpu_laptop")), 1, events, 1.0e9)
+    assert cpu == {"tokens_per_s": 512.0, "mfu": "no MFU off-TPU: XLA:CPU has no chip peak to measure it against"}
+    assert speed_figures(detect(make_system("cpu_laptop")), 1, [], 1.0e9) == {"tokens_per_s": "none counted", "mfu": "none"}

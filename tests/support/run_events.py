@@ -5,7 +5,7 @@ from __future__ import annotations
 from support.clock import FakeClock
 
 from tpu_nb.kernel.progress.state import ProgressState
-from tpu_nb.wire.events import Heartbeat, Progress, WorkerStarted
+from tpu_nb.wire.events import Counted, Heartbeat, Progress, WorkerStarted
 
 RANKS = (0, 1)
 
@@ -26,9 +26,11 @@ def train_step(
     seconds: float = 0.5,
     compiled: bool = False,
 ) -> None:
-    """One training step: rank 0's Progress, then every rank's heartbeat (`compiled`: the step compiled on every rank)."""
+    """One training step of 64 samples of 128 tokens: rank 0's Progress (its counts stamped with the clock as the worker's),
+    then every rank's heartbeat (`compiled`: the step compiled on every rank)."""
     clock.advance(seconds)
-    progress.on_event(Progress(0, step, metrics or {}, max_steps=200, epoch=step / 50, phase="train", samples_per_step=64))
+    counted = Counted(clock.now, step * 64 * 128, step * 64)
+    progress.on_event(Progress(0, step, metrics or {}, max_steps=200, epoch=step / 50, phase="train", counted=counted))
     for rank in RANKS:
         steps = ((step, step),) if compiled else ()
         progress.on_event(Heartbeat(rank, step, "train", compile_count, 2.0 * compile_count, compiled_steps=steps))

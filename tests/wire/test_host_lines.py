@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tpu_nb.wire.events import CompileCause, Diagnosis, Heartbeat, Output, Progress
+from tpu_nb.wire.events import CompileCause, Counted, Diagnosis, Heartbeat, Output, Progress, TimeSpent
 from tpu_nb.wire.host_lines import MARKER, HostEnded, LineWriter, decode, encode
 from tpu_nb.wire.stacks import StackAnswer
 from tpu_nb.wire.worker_exceptions import ExceptionReport
 
 EVENTS = [
-    Progress(0, 12, {"loss": 0.5, "learning_rate": 1e-4}, max_steps=100, epoch=0.5, phase="train", samples_per_step=64),
+    Progress(0, 12, {"loss": 0.5, "learning_rate": 1e-4}, 100, 0.5, "train", Counted(8123.5, 24_576, 768, 1.2e9)),
+    Progress(0, 13, {}, phase="train", counted=Counted(8124.0, None, 800)),  # samples counted, no tokens
     Heartbeat(
         3,
         12,
@@ -22,6 +23,7 @@ EVENTS = [
         (1, 2),
         (3, 4),
         compiled_steps=((6, 9), (12, 12)),  # the steps that compiled, as runs
+        spent=TimeSpent(8123.9, 12, 0.25, 3),  # a whole number of seconds where a float is expected
     ),
     Diagnosis(1, "host-syncs", "Host syncs", "2 per step", ("In [4], line 9",), "report(loss=...)", 20),
     Output(None, "stderr", 'quotes " and newlines\n'),

@@ -58,7 +58,8 @@ def test_numpy_and_torch_scalars_are_reported_as_plain_numbers(monkeypatch: pyte
     finally:
         reporting.install(None)
     [progress] = [event for event in writer.sent if isinstance(event, Progress)]
-    assert progress == Progress(0, 7, {"loss": 0.5}, max_steps=10, epoch=0.25, phase="train", samples_per_step=4)
+    assert progress.counted is not None and (progress.counted.tokens, progress.counted.samples) == (None, 4)
+    assert progress == Progress(0, 7, {"loss": 0.5}, max_steps=10, epoch=0.25, phase="train", counted=progress.counted)
     assert [type(value) for value in (progress.step, progress.max_steps, progress.epoch)] == [int, int, float]
     assert reporter.steps[0] == 7 and type(reporter.steps[0]) is int
 

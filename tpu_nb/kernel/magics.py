@@ -106,15 +106,21 @@ class TpuMagics(Magics):
     @magic_arguments()
     @argument("numbers", nargs="*", type=int, metavar="N", help="Overlay these runs' curves (numbers as the table shows them).")
     @argument("--last", type=int, default=20, metavar="K", help="List the K newest runs (default 20); the last 5 are overlaid.")
-    @argument("--metric", default="loss", metavar="NAME", help="Overlay this metric's curves beside the loss (e.g. eval_accuracy).")
+    @argument(
+        "--metric",
+        default="loss",
+        metavar="NAME",
+        help="Overlay this metric's curves beside the loss (e.g. eval_accuracy; tokens_per_second: each run's speed).",
+    )
     @argument("--log", default=None, metavar="DIR", help="The run log's directory (default: TPU_NB_RUN_LOG, else tpu_nb_runs).")
     @line_magic
     def tpu_runs(self, line: str) -> None:
         """List the runs of this notebook's run log (each run's record, written when it ended) and overlay their curves.
 
-        `%tpu_runs` lists the newest runs and overlays the last five;
-        `%tpu_runs 3 7 12` overlays those, so today's cells are compared
-        without running them again.
+        `%tpu_runs` lists the newest runs (with their tokens/s and MFU) and
+        overlays the last five; `%tpu_runs 3 7 12` overlays those, so today's
+        cells are compared without running them again; `--metric
+        tokens_per_second` overlays their speed.
 
         Guide: https://github.com/tpu-nb/tpu_nb/blob/main/docs/guides/trials-and-run-log.md
         """

@@ -15,6 +15,7 @@ import tpu_nb
 SEQUENCE = 32
 BATCH = 8
 VOCABULARY = 512
+BERT_LAYERS, BERT_WIDTH = 2, 32
 
 
 def tiny_bert() -> Any:
@@ -25,8 +26,8 @@ def tiny_bert() -> Any:
     torch.manual_seed(0)
     settings: dict[str, Any] = dict(
         vocab_size=VOCABULARY,
-        hidden_size=32,
-        num_hidden_layers=2,
+        hidden_size=BERT_WIDTH,
+        num_hidden_layers=BERT_LAYERS,
         num_attention_heads=2,
         intermediate_size=64,
         max_position_embeddings=SEQUENCE,
@@ -98,7 +99,8 @@ def collectives(steps: int = 3) -> dict[str, Any]:
 
 
 def bert_steps(steps: int, warm_up: int, reporting: bool = True) -> dict[str, float]:
-    """A small BERT's training loop: steps/s after `warm_up` steps, compilations after them, CPU time in `report()` per step."""
+    """A small BERT's training loop: steps/s after `warm_up` steps, compilations after them, CPU time in `report()` per step
+    (which counts each step's tokens and samples), and the model's training FLOPs per token (6N plus attention)."""
     import torch
     import torch_xla
     import torch_xla.core.xla_model as xm
@@ -121,7 +123,7 @@ def bert_steps(steps: int, warm_up: int, reporting: bool = True) -> dict[str, fl
         torch_xla.sync()
         if reporting:
             before = time.process_time()
-            tpu_nb.report(step=step, loss=loss, max_steps=total)
+            tpu_nb.report(step=step, loss=loss, max_steps=total, tokens=BATCH * SEQUENCE, samples=BATCH)
             if step > warm_up:
                 report_cpu += time.process_time() - before
     xm.wait_device_ops()
@@ -130,6 +132,7 @@ def bert_steps(steps: int, warm_up: int, reporting: bool = True) -> dict[str, fl
         "steps_per_second": steps / elapsed,
         "compilations_after_warm_up": compilations() - compiled,
         "report_cpu_ms_per_step": 1000 * report_cpu / steps,
+        "flops_per_token": 6 * model.num_parameters(exclude_embeddings=True) + 12 * BERT_LAYERS * BERT_WIDTH * SEQUENCE,
     }
 
 

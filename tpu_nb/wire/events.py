@@ -48,6 +48,16 @@ class WorkerRaised:
 
 
 @dataclass(frozen=True, slots=True)
+class Counted:
+    """What the ranks fed their model up to a reported step, counted by rank 0 (times the ranks): tokens/s, samples/s, MFU."""
+
+    seconds: float  # the worker's monotonic clock when the step was reported
+    tokens: int | None  # tokens that are not padding, so far (None: not counted)
+    samples: int | None
+    flops_per_token: float | None = None  # the model's, where the worker knows it (a Trainer's model)
+
+
+@dataclass(frozen=True, slots=True)
 class Progress:
     """Training metrics from rank 0 (`report(...)` or a Trainer's logs)."""
 
@@ -57,7 +67,17 @@ class Progress:
     max_steps: int | None = None
     epoch: float | None = None
     phase: str | None = None
-    samples_per_step: int | None = None
+    counted: Counted | None = None  # tokens and samples so far, where the run counts them
+
+
+@dataclass(frozen=True, slots=True)
+class TimeSpent:
+    """Where a rank's training thread spent its time since it started (cumulative seconds), as the doctor read it."""
+
+    seconds: float  # the worker's monotonic clock at the reading
+    steps: int  # steps reported by then
+    input_wait: float  # waiting for its next batch
+    host: float  # busy on the host outside those waits (running or waiting for a core: tracing, Python); the rest it waited for the device
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +104,7 @@ class Heartbeat:
     compiling: float | None = None  # seconds an XLA compilation has been running in this rank's process, if one is
     # Training steps at whose boundary this rank found new compilations, since its last heartbeat: (first, last) runs.
     compiled_steps: tuple[tuple[int, int], ...] = ()
+    spent: TimeSpent | None = None  # where its training thread's time went, where the XLA doctor measures it
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,18 +7,22 @@ so reporting adds no graph execution and no compilation, only one small
 device-to-host copy per interval. On TorchTPU a loss on the chip is copied
 to the host without waiting (`DeviceReads`, in `device_readings` with the
 compilation readings the heartbeat sends) and sent once the copy is done.
+Rank 0's tokens and samples (`report(tokens=, samples=)`, a Trainer's
+batches: `step_counts`) go with its reports the same way, read with the loss.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tpu_nb.wire.events import Heartbeat, Notice, Progress, Stalled, Stopping
+from tpu_nb.wire.events import Counted, Heartbeat, Notice, Progress, Stalled, Stopping
 from tpu_nb.workers.device_readings import CompiledSteps, CompileReading, DeviceReads, xla_compile_reading, xla_compiles_started
 from tpu_nb.workers.stalls.watchdog import Activity
+from tpu_nb.workers.step_counts import COUNT_KEYS, StepCounts, counted_from
 
 if TYPE_CHECKING:
     from tpu_nb.wire.channel import EventSink
@@ -72,6 +76,7 @@ class WorkerReporter:
         self._sending_copied = threading.Lock()  # the rank's thread and the heartbeat's: reports keep their order
         self._compiling_since: float | None = None  # when the compilation running now started (heartbeat's reading)
         self.compiled = CompiledSteps()
+        self.counts = StepCounts()  # rank 0's tokens and samples (only rank 0 sends reports)
         self._heartbeat = threading.Thread(target=self._beat, name="tpu_nb-heartbeat", daemon=True)
 
     def enter(self, rank: int, world_size: int) -> None:
@@ -152,6 +157,28 @@ class WorkerReporter:
         if self.unsent is not None:
             progress, values = self.unsent
             self.unsent = None
+            self.send_now(progress, values)
+
+    def send_now(self, progress: Progress, values: dict[str, Any]) -> None:
+        """Send a report with the counts so far, its values read now (the run's end: its last step has run or runs now)."""
+        _send_values(self, progress, {**values, **self.counts.values()})
+
+    def dispatch(self, progress: Progress, values: dict[str, Any]) -> None:
+        """Send a report with the counts so far; values still on the device go once read, never waited for.
+
+        A lazy XLA tensor is read in a step closure, after the step's graph
+        has run; one on a TorchTPU chip once its copy to the host is done.
+        """
+        values = {**values, **self.counts.values()}
+        self.send_copied()
+        if self.device_reads is not None and self.device_reads.wants(values):
+            self.device_reads.start(progress, values)  # sent once copied: the chip is never waited for
+        elif any(_is_lazy_tensor(value) for value in values.values()):
+            import torch_xla.core.xla_model as xm
+
+            # Runs after the next step barrier, when the values exist on the device.
+            xm.add_step_closure(_send_values, args=(self, progress, values))
+        else:
             _send_values(self, progress, values)
 
     def send_copied(self, everything: bool = False) -> None:
@@ -177,7 +204,10 @@ class WorkerReporter:
                     self.writer.send(Heartbeat(rank, step, phase, count, seconds, compiling=compiling, compiled_steps=compiled))
                     continue
                 causes = checkup.causes if index == 0 else ()  # one process's compilations, said once
-                self.writer.send(Heartbeat(rank, step, phase, count, seconds, causes, checkup.memory, checkup.cache, compiling, compiled))
+                spent = checkup.spent if rank == checkup.rank else None
+                self.writer.send(
+                    Heartbeat(rank, step, phase, count, seconds, causes, checkup.memory, checkup.cache, compiling, compiled, spent)
+                )
             for diagnosis in checkup.diagnoses if checkup is not None else ():
                 self.writer.send(diagnosis)
             for stall in self._watch(compiles):
@@ -212,10 +242,15 @@ class WorkerReporter:
         checkup = self._checkup(final=True)
         if checkup is None:
             return
-        if checkup.causes:  # a run shorter than a heartbeat: why its steps compiled goes as a heartbeat would carry it
+        # A run shorter than a heartbeat: why its steps compiled goes as a heartbeat would carry it; and where the
+        # time went up to the run's end.
+        if checkup.causes or checkup.spent is not None:
             rank, compiles = self.rank, self.read_compiles()
             phase = self.phases.get(rank, "train")
-            self.writer.send(Heartbeat(rank, self.steps.get(rank), phase, compiles.count, compiles.seconds, checkup.causes))
+            spent = checkup.spent if rank == checkup.rank else None
+            step = self.steps.get(rank)
+            memory, cache = checkup.memory, checkup.cache
+            self.writer.send(Heartbeat(rank, step, phase, compiles.count, compiles.seconds, checkup.causes, memory, cache, spent=spent))
         for diagnosis in checkup.diagnoses:
             self.writer.send(diagnosis)
 
@@ -259,6 +294,8 @@ def report(
     max_steps: int | None = None,
     epoch: float | None = None,
     batch_size: int | None = None,
+    tokens: Any = None,
+    samples: Any = None,
     **metrics: Any,
 ) -> None:
     """Send a training step's progress to the notebook's live display.
@@ -267,8 +304,11 @@ def report(
     also where a hand-written loop stops gracefully: after an interrupt it
     raises `StopTraining` at the step every rank agreed on. `loss` and `metrics` may be
     Python numbers or XLA tensors (read after the step runs, never forcing
-    an extra execution). `batch_size` is the per-core batch, for samples/s.
-    Outside a `%%tpu_train` worker it does nothing.
+    an extra execution). `tokens` and `samples` are this rank's counts in
+    this step (tokens that are not padding, e.g. `batch["attention_mask"].sum()`),
+    numbers or tensors (summed on the device, read with the loss), for
+    tokens/s, samples/s and MFU; `batch_size`, this rank's batch, counts
+    samples as `samples` does. Outside a `%%tpu_train` worker it does nothing.
     """
     reporter = _reporter
     if reporter is None:
@@ -282,8 +322,11 @@ def report(
     values = dict(metrics)
     if loss is not None:
         values["loss"] = loss
-    samples = None if batch_size is None else batch_size * reporter.world_size
-    progress = Progress(reporter.rank, step, {}, max_steps, epoch, "train", samples)
+    counted = None
+    if reporter.rank == 0:
+        reporter.counts.add(tokens, batch_size if samples is None else samples)
+        counted = Counted(time.monotonic(), None, None)  # this step's end: the counts are filled in when sent
+    progress = Progress(reporter.rank, step, {}, max_steps, epoch, "train", counted)
     checkpointer = reporter.checkpointer if reporter.rank == 0 and step is not None else None
     if stopping:
         reporter.unsent = (progress, values) if reporter.rank == 0 else None
@@ -300,16 +343,7 @@ def report(
         reporter.unsent = (progress, values) if reporter.rank == 0 else None
         return
     reporter.unsent = None
-    reporter.send_copied()
-    if reporter.device_reads is not None and reporter.device_reads.wants(values):
-        reporter.device_reads.start(progress, values)  # sent once copied: the chip is never waited for
-    elif any(_is_lazy_tensor(value) for value in values.values()):
-        import torch_xla.core.xla_model as xm
-
-        # Runs after the next step barrier, when the values exist on the device.
-        xm.add_step_closure(_send_values, args=(reporter, progress, values))
-    else:
-        _send_values(reporter, progress, values)
+    reporter.dispatch(progress, values)
 
 
 def _plain(value: Any, kind: type[Any]) -> Any:
@@ -320,9 +354,22 @@ def _plain(value: Any, kind: type[Any]) -> Any:
 
 def _send_values(reporter: WorkerReporter, progress: Progress, values: dict[str, Any]) -> None:
     reporter.own_reads += sum(1 for value in values.values() if _is_lazy_tensor(value))
-    metrics = {name: float(value.item() if hasattr(value, "item") else value) for name, value in values.items()}
-    reporter.send_progress(
-        Progress(progress.rank, progress.step, metrics, progress.max_steps, progress.epoch, progress.phase, progress.samples_per_step)
+    read = {name: value.item() if hasattr(value, "item") else value for name, value in values.items()}
+    metrics = {name: float(value) for name, value in read.items() if name not in COUNT_KEYS}
+    reporter.send_progress(dataclasses.replace(progress, metrics=metrics, counted=_counted(reporter, progress.counted, read)))
+
+
+def _counted(reporter: WorkerReporter, stamped: Counted | None, read: dict[str, Any]) -> Counted | None:
+    """The run's counts at the reported step: rank 0's times the ranks (each feeds a batch of its own); None where none."""
+    tokens, samples = counted_from(read)
+    if stamped is None or (tokens is None and samples is None):
+        return None
+    ranks = reporter.world_size
+    return Counted(
+        stamped.seconds,
+        None if tokens is None else tokens * ranks,
+        None if samples is None else samples * ranks,
+        reporter.counts.flops_per_token,
     )
 
 

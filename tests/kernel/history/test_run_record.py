@@ -89,3 +89,15 @@ def test_a_field_that_is_not_what_a_record_holds_is_left_out_and_counted() -> No
     assert record.curves == {"loss": ((0, 2.0), (4, 1.0))}
     curves_not_a_dict = read_record({**GOOD, "curves": [[0, 1.0]]})
     assert curves_not_a_dict.record is not None and curves_not_a_dict.record.curves == {} and curves_not_a_dict.passed_over == 1
+
+
+def test_a_runs_speed_is_kept_null_where_unknown_and_an_earlier_records_lack_of_it_is_no_damage() -> None:
+    fast = RunRecord(1, "t", 1.7e9, 2.0, "done", None, {}, None, None, {}, {}, {}, None, tokens_per_second=1234.5, mfu=0.41)
+    slow = RunRecord(2, "t", 1.7e9, 2.0, "done", None, {}, None, None, {}, {}, {}, None, tokens_per_second=99.0)
+    assert slow.to_json()["mfu"] is None  # no chip peak known: null, as JSON says nothing
+    for record in (fast, slow):
+        read = read_record(json.loads(json.dumps(record.to_json(), allow_nan=False)))
+        assert read == RecordRead(record, 0)
+    assert read_record({**GOOD}) == RecordRead(RunRecord(3, "%%tpu_train", 1.7e9, 12.5, "done", None, {}, None, None, {}, {}, {}, None), 0)
+    damaged = read_record({**GOOD, "tokens_per_second": "fast", "mfu": float("inf")})
+    assert damaged.passed_over == 2 and damaged.record is not None and damaged.record.tokens_per_second is None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tpu_nb.kernel.history.log import RunLog
+from tpu_nb.kernel.history.log import THROUGHPUT_CURVE, RunLog
 from tpu_nb.kernel.history.run_record import RunRecord
 from tpu_nb.kernel.history.view import passed_over_text, run_label, runs_chart, runs_html, runs_text
 
@@ -50,3 +50,18 @@ def test_what_a_damaged_log_lost_is_said_with_the_file() -> None:
 
 def _width(png: bytes) -> int:
     return int.from_bytes(png[16:20], "big")
+
+
+def test_each_runs_speed_is_a_column_and_its_tokens_per_second_an_overlay() -> None:
+    fast = RunRecord(
+        1, "t", 1.7e9, 9.0, "done", None, {}, None, None, {"loss": 0.5}, {"loss": 0.5},
+        {"loss": ((1, 0.9), (2, 0.5)), THROUGHPUT_CURVE: ((1, 900.0), (2, 1200.0))}, None, 1234.5, 0.412,
+    )  # fmt: skip
+    cpu = RunRecord(2, "t", 1.7e9, 9.0, "done", None, {}, None, None, {"loss": 0.4}, {"loss": 0.4}, {"loss": ((2, 0.4),)}, None, 99.0)
+    lines = runs_text([fast, cpu], "loss").splitlines()
+    assert lines[0].endswith("loss=0.5  tokens/s=1,234 MFU=41.2%") and lines[1].endswith("loss=0.4  tokens/s=99")
+    html = runs_html([fast, cpu], THROUGHPUT_CURVE, chart=None)
+    assert "<th style='padding:2px 10px'>tokens/s</th><th style='padding:2px 10px'>MFU</th>" in html
+    assert ">1,234<" in html and ">41.2%<" in html and "best tokens_per_second" not in html  # its column says it
+    speed = runs_chart([fast, cpu], THROUGHPUT_CURVE)
+    assert speed is not None and _width(speed) > _width(runs_chart([fast, cpu], "loss") or b"")

@@ -73,6 +73,7 @@ def test_every_run_option_reaches_launch_options(tmp_path: Path) -> None:
         "spmd": True,
         "mesh": "fsdp=2",
         "doctor": False,
+        "flops_per_token": 1.2e9,
         "compile_cache": str(tmp_path / "cache"),
         "checkpoint": str(tmp_path / "checkpoints"),
         "every": "10steps",

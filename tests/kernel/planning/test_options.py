@@ -67,3 +67,8 @@ def test_the_watchdog_is_learned_by_default_fixed_by_a_duration_and_off_by_name(
         LaunchOptions.from_user(watchdog="soon")
     assert WatchdogSetting(None).threshold(2.0) == 60.0 and WatchdogSetting(None).threshold(30.0) == 150.0
     assert WatchdogSetting(10.0).threshold(30.0) == 10.0
+
+
+def test_flops_per_token_must_be_positive() -> None:
+    assert LaunchOptions(flops_per_token=0.0).problems() == ["flops_per_token=0.0: give the model's FLOPs per token, a positive number."]
+    assert LaunchOptions(flops_per_token=1.2e9).problems() == []

@@ -22,7 +22,7 @@ from tpu_nb.kernel.progress.display import make_display
 from tpu_nb.kernel.progress.snapshot import STALE_AFTER_SECONDS, ProgressSnapshot
 from tpu_nb.kernel.progress.state import ProgressState
 from tpu_nb.kernel.progress.text import TextProgress
-from tpu_nb.wire.events import Heartbeat, Notice, Progress, WorkerRaised, WorkerStarted
+from tpu_nb.wire.events import Counted, Heartbeat, Notice, Progress, WorkerRaised, WorkerStarted
 
 PNG_SIGNATURE = b"\x89PNG"
 
@@ -92,7 +92,7 @@ def train(dashboard: Dashboard, clock: FakeClock, steps: range, seconds: float =
     for step in range(steps.start, steps.stop):
         clock.advance(seconds)
         metrics = {"loss": 3.0 / step, "learning_rate": 1e-4} if step % 5 == 0 else {}
-        dashboard.on_event(Progress(0, step, metrics, max_steps=50, epoch=step / 25, phase="train", samples_per_step=16))
+        dashboard.on_event(Progress(0, step, metrics, 50, step / 25, "train", Counted(clock.now, step * 16 * 32, step * 16)))
         for rank in (0, 1):
             dashboard.on_event(Heartbeat(rank, step, "train", 3, 20.0))
 
@@ -136,8 +136,10 @@ def test_shows_training_as_it_happens(dashboard: Dashboard, clock: FakeClock) ->
     assert (dashboard.progress_bar.value, dashboard.progress_bar.max) == (20, 50)
     assert dashboard.step_label.value == "step 20/50 (40%)"
     status = dashboard.status.value
-    for fact in ("Colab TPU v2-8", "workers 2/2", "training", "2.0 steps/s", "32 samples/s", "ETA 15s", "epoch 0.80"):
+    for fact in ("Colab TPU v2-8", "workers 2/2", "training", "2.0 steps/s", "ETA 15s", "epoch 0.80"):
         assert fact in status
+    # The speed on its line: no FLOPs per token given (a loop's report() has none of its own), so no MFU, said why.
+    assert "1,024 tokens/s · 32 samples/s · no MFU without FLOPs per token: give --flops-per-token N" in dashboard.speed.value
     assert bytes(dashboard.chart.value).startswith(PNG_SIGNATURE)
     assert dashboard.chart.layout.display is None
     assert "<th" in dashboard.table.value and "Training Loss" in dashboard.table.value

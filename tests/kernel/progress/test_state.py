@@ -53,7 +53,8 @@ def test_step_rates_and_eta_come_from_recent_steps(progress: ProgressState, cloc
     assert snapshot.max_steps == 200
     assert snapshot.epoch == pytest.approx(2.4)
     assert snapshot.steps_per_second == pytest.approx(4.0)
-    assert snapshot.samples_per_second == pytest.approx(4.0 * 64)
+    assert snapshot.throughput.samples_per_second == pytest.approx(4.0 * 64)
+    assert snapshot.throughput.tokens_per_second == pytest.approx(4.0 * 64 * 128)
     assert snapshot.eta == pytest.approx(80 / 4.0)
     assert snapshot.fraction_done == pytest.approx(0.6)
 

@@ -12,7 +12,8 @@ import pytest
 from support.finished_runs import PNG_SIGNATURE, finished_run, training_metrics
 
 from tpu_nb.kernel.progress.chart import render_chart
-from tpu_nb.kernel.progress.summary import SUMMARY_TABLE_ROWS, display_summary, render_summary, summary_bundle
+from tpu_nb.kernel.progress.summary import SUMMARY_TABLE_ROWS, display_summary, render_summary, summary_bundle, summary_text
+from tpu_nb.kernel.progress.throughput import OFF_TPU, Throughput, TimeSplit
 from tpu_nb.wire.events import Diagnosis
 
 HOSTILE = "<script>alert('x')</script> & co"
@@ -32,6 +33,19 @@ def test_summary_shows_the_outcome() -> None:
         assert fact in text
     assert "Final: loss 0.06667, eval_loss 0.03333, eval_accuracy 0.75" in text
     assert "4 XLA compilations (15s compiling), stable after warm-up" in text
+
+
+def test_the_runs_speed_and_where_its_steps_went_are_in_the_summary() -> None:
+    split = TimeSplit(0.12, 0.006, 0.096, 0.018)
+    speed = Throughput(tokens_per_second=24_680.0, samples_per_second=12.0, chips=8, mfu=0.385, split=split)
+    snapshot = replace(finished_run(training_metrics()), throughput=speed)
+    said = "24,680 tokens/s (3,085 per chip) · 12 samples/s · MFU 38.5%"
+    where = "a step 120 ms: waiting for input 6 ms (5%), the device 96 ms (80%), the host 18 ms (15%)"
+    assert f"{said} · {where}" in text_of(render_summary(snapshot)[0])
+    assert f"speed: {said}\ntime: {where}" in summary_text(snapshot)
+    cpu = replace(snapshot, throughput=Throughput(tokens_per_second=1_500.0, no_mfu=OFF_TPU))
+    assert f"speed: 1,500 tokens/s · {OFF_TPU}" in summary_text(cpu)  # why there is no MFU
+    assert "tpu-nb-throughput" not in render_summary(finished_run(training_metrics()))[0]  # nothing counted: no line
 
 
 def test_all_text_is_escaped() -> None:

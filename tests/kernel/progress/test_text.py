@@ -7,7 +7,8 @@ from support.clock import FakeClock
 
 from tpu_nb.kernel.progress.state import ProgressState
 from tpu_nb.kernel.progress.text import TextProgress
-from tpu_nb.wire.events import Heartbeat, Notice, Progress, WorkerStarted
+from tpu_nb.kernel.progress.throughput import Basis
+from tpu_nb.wire.events import Counted, Heartbeat, Notice, Progress, WorkerStarted
 
 
 @pytest.fixture
@@ -79,6 +80,17 @@ def test_final_line(text: TextProgress, clock: FakeClock, stream: io.StringIO) -
         "%%tpu_train interrupted after 11s | step 40/500 (8%) | loss 1.22 | eval_loss 0.75 | eval_accuracy 0.5 | compilations: 7",
         "KeyboardInterrupt at step 40",
     ]
+
+
+def test_the_lines_say_tokens_per_second_and_mfu_where_counted(clock: FakeClock, stream: io.StringIO) -> None:
+    basis = Basis(chips=4, peak=1e6, no_peak=None, flops_per_token=100.0)
+    text = TextProgress(ProgressState("%%tpu_train", "Cloud TPU v4-8", 1, clock=clock, basis=basis), stream=stream, min_interval=0.0)
+    for number in range(1, 11):  # 2,000 tokens a second
+        clock.advance(0.5)
+        text.on_event(Progress(0, number, {}, max_steps=10, phase="train", counted=Counted(clock.now, number * 1000, number * 8)))
+    assert lines(stream)[-1] == "step 10/10 (100%) | 2.0 steps/s | 2,000 tokens/s | MFU 5.0% | ETA 0s | workers 1/1"
+    text.finish("done")
+    assert lines(stream)[-1] == "%%tpu_train done after 5s | step 10/10 (100%) | 2,000 tokens/s | MFU 5.0%"
 
 
 def test_default_stream_is_stderr_at_construction(capsys: pytest.CaptureFixture[str], clock: FakeClock) -> None:

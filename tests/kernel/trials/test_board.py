@@ -9,7 +9,7 @@ from tpu_nb.kernel.trials.board import SweepBoard
 from tpu_nb.kernel.trials.comparison import MetricChoice, TrialRow, compare
 from tpu_nb.kernel.trials.spec import parse_trials
 from tpu_nb.kernel.trials.sweep import TrialOutcome
-from tpu_nb.wire.events import Progress, WorkerStarted
+from tpu_nb.wire.events import Counted, Progress, WorkerStarted
 
 
 def test_rows_follow_each_trial_and_the_end_adds_curves_and_the_comparison(capsys: pytest.CaptureFixture[str]) -> None:
@@ -18,17 +18,18 @@ def test_rows_follow_each_trial_and_the_end_adds_curves_and_the_comparison(capsy
     board = SweepBoard(trials, worlds, "eval_accuracy", "%%tpu_train --trials")
     board.started(trials[0], worlds[0])
     board.started(trials[1], worlds[1])
-    for step in range(4):
-        board.on_event(trials[0], Progress(0, step, {"loss": 1.0 / (step + 1)}, max_steps=4))
+    for step in range(4):  # 100 tokens in each second-long step
+        counted = Counted(float(step), step * 100, step * 4)
+        board.on_event(trials[0], Progress(0, step, {"loss": 1.0 / (step + 1)}, max_steps=4, counted=counted))
     board.on_event(trials[1], Progress(0, 2, {"loss": 0.7, "eval_accuracy": 0.81}, max_steps=4))
     board.on_event(trials[1], WorkerStarted(0, 1, 123, "xla:0"))  # not a metric: nothing changes
     text = board.text().splitlines()
     assert text[0] == "%%tpu_train --trials: 3 trials, 2 at a time"
-    assert text[1] == "  #0 fold 1/3: training on cpu 0 step 3/4 loss=0.25"
+    assert text[1] == "  #0 fold 1/3: training on cpu 0 step 3/4 100 tokens/s loss=0.25"
     assert text[2] == "  #1 fold 2/3: training on cpu 1 step 2/4 loss=0.7 eval_accuracy=0.81"
     assert text[3] == "  #2 fold 3/3: queued"
     html = board.html()
-    assert html.count("<tr>") == 4 and ">training<" in html and "<img" in html
+    assert html.count("<tr>") == 4 and ">training<" in html and "<img" in html and ">tokens/s</th>" in html and ">100</td>" in html
 
     outcome = TrialOutcome(trials[0], "done", "cpu 0", None, ({"step": 3, "loss": 0.25, "eval_accuracy": 0.9},), 4.0)
     board.ended(outcome)

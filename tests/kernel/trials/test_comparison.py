@@ -1,4 +1,4 @@
-"""The comparison: best first by the chosen metric, which way is better, mean and spread across folds."""
+"""The comparison: best first by the chosen metric, which way is better, mean and spread across folds, each trial's speed."""
 
 from __future__ import annotations
 
@@ -61,3 +61,14 @@ def test_a_failed_fold_is_left_out_of_the_mean_and_counted() -> None:
 def test_without_a_metric_eval_loss_is_compared_when_reported_else_loss() -> None:
     assert default_metric(_rows("lr=1,2", [{"loss": 1.0}, {"loss": 2.0, "eval_loss": 3.0}])).name == "eval_loss"
     assert default_metric(_rows("lr=1,2", [{"loss": 1.0}, {"loss": 2.0}])) == MetricChoice("loss", larger_is_better=False)
+
+
+def test_each_trial_says_its_speed_where_it_counted_tokens() -> None:
+    trials = parse_trials("lr=1,2")
+    rows = [
+        TrialRow(trials[0], "done", "chip 0", {"loss": 0.5}, 9.0, tokens_per_second=12_345.6, mfu=0.412),
+        TrialRow(trials[1], "done", "chip 1", {"loss": 0.4}, 9.0),
+    ]
+    lines = compare(rows, MetricChoice.parse("loss")).text().splitlines()
+    assert lines[1].endswith("loss=0.4 on chip 1")
+    assert lines[2].endswith("loss=0.5 on chip 0 12,346 tokens/s MFU 41.2%")

@@ -80,7 +80,7 @@ def train_linear(trial: dict[str, Any]) -> Any:
         optimizer.step()
         optimizer.zero_grad()
         torch_xla.sync()
-        tpu_nb.report(step=step, loss=loss)
+        tpu_nb.report(step=step, loss=loss, tokens=4)
     return torch.cat([parameter.detach().cpu().flatten() for parameter in layer.parameters()])
 
 
@@ -94,6 +94,9 @@ def test_each_trials_weights_are_its_own_and_equal_to_the_same_trial_run_alone()
     assert torch.equal(second, alone)
     assert result.comparison.metric.name == "loss" and result.best is not None
     assert [row.trial.number for row in result.comparison.rows] == sorted((0, 1), key=lambda n: result.trials[n].final["loss"])
+    # Each trial's speed, as its run measured it, goes into the comparison (no MFU on XLA:CPU).
+    assert all(row.tokens_per_second and row.mfu is None for row in result.comparison.rows)
+    assert result.comparison.text().count(" tokens/s") == 2
 
 
 def maybe_fail(trial: dict[str, Any]) -> int:

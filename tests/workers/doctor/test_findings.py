@@ -13,6 +13,7 @@ from tpu_nb.wire.events import Heartbeat
 from tpu_nb.workers.doctor.analysis_log import HOST_READ_CAUSE, Compilation, Frame
 from tpu_nb.workers.doctor.findings import (
     CPU_FALLBACK,
+    HOST_BOUND,
     HOST_READ,
     INPUT_BOUND,
     NO_EXECUTION,
@@ -98,6 +99,17 @@ def test_waiting_for_batches_most_of_the_time_is_input_bound() -> None:
     [diagnosis] = doctor.examine(at(16, input_wait=3.0 + 6.0)).diagnoses
     assert diagnosis.key == INPUT_BOUND
     assert "60% of the time" in diagnosis.evidence and "MpDeviceLoader" in diagnosis.fix
+
+
+def test_a_thread_busy_on_the_host_nearly_all_the_time_is_host_bound() -> None:
+    doctor = Doctor(0)
+    steps(doctor, at(1, host=0.9), at(6, host=5.5))
+    [diagnosis] = doctor.examine(at(16, host=5.5 + 9.0)).diagnoses  # 10 one-second steps, 0.9 s of each on the host
+    assert diagnosis.key == HOST_BOUND
+    assert "busy on the host 90% of the time (0.900 s of each 1.000 s step" in diagnosis.evidence
+    assert "a larger batch" in diagnosis.fix and "MpDeviceLoader" in diagnosis.fix
+    assert steps(Doctor(0), at(1, host=0.5), at(6, host=3.0), at(16, host=3.0 + 7.0)) == []  # 70%: the device keeps up
+    assert steps(Doctor(0), at(1), at(6), at(16)) == []  # no reading of the thread's time: nothing said
 
 
 def test_steps_that_never_execute_are_said_at_once() -> None:

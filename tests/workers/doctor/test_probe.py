@@ -1,4 +1,5 @@
-"""The XLA doctor in real forked workers on XLA:CPU: a loop that provokes each diagnosis, and a clean one that must not."""
+"""The XLA doctor in real forked workers on XLA:CPU: a loop that provokes each diagnosis, and a clean one that must not;
+where a step's time goes, as the dashboard shows it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import tpu_nb
 from tpu_nb.kernel.endings.notebook_errors import WorkerError
+from tpu_nb.kernel.launching import launch_observed
 from tpu_nb.kernel.progress.state import ProgressState
+from tpu_nb.kernel.progress.throughput import ThroughputMeter, TimeSplit
 from tpu_nb.wire.events import Diagnosis, Event
 from tpu_nb.workers.doctor.findings import HOST_READ, PER_SHAPE
 from tpu_nb.workers.doctor.probe import CPU_CACHE_NOTE
@@ -56,6 +59,10 @@ def train(kind: str, epochs: int = 4, pause: float = 0.05) -> int:
                 torch_xla.sync()
             if kind == "item":
                 print_me = loss.item()  # noqa: F841 - the per-step host sync under test
+            if kind == "tokenize":  # Python work in the step, as tokenizing in the loop is: 30 ms of this thread's CPU
+                busy_since = time.thread_time()
+                while time.thread_time() - busy_since < 0.03:
+                    pass
             step += 1
             tpu_nb.report(step=step, loss=loss)
             time.sleep(pause)
@@ -117,9 +124,19 @@ def doctor_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
     return [line for line in capsys.readouterr().err.splitlines() if line.startswith(("XLA doctor:", "warning:"))]
 
 
+def split_of(*args: object) -> TimeSplit:
+    """Launch `train(*args)`; where its steps' time went, as the dashboard's summary says (the run's steps after warm-up)."""
+    meter = ThroughputMeter()
+    launch_observed(train, args, {}, [meter])
+    split = meter.overall().split
+    assert split is not None
+    return split
+
+
 def test_a_clean_loop_shows_no_diagnosis(capsys: pytest.CaptureFixture[str]) -> None:
-    assert tpu_nb.launch(train, "clean") == 64
+    split = split_of("clean")
     assert doctor_lines(capsys) == []
+    assert split.share(split.input_wait) < 0.1 and split.share(split.host) < 0.5  # the step's sleep: waiting, not working
 
 
 def test_a_per_step_item_is_a_host_sync_at_its_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -144,10 +161,19 @@ def test_boolean_indexing_is_a_cpu_fallback(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_a_slow_data_loader_is_input_bound(capsys: pytest.CaptureFixture[str]) -> None:
-    tpu_nb.launch(train, "slow", 8, 0.0)
+    split = split_of("slow", 8, 0.0)
     [said] = doctor_lines(capsys)
     assert said.startswith("XLA doctor: Input-bound: the training thread waited for its next batch")
     assert "MpDeviceLoader" in said
+    assert split.share(split.input_wait) > 0.5 and split.input_wait > 0.15  # a batch: 16 samples of 10 ms each
+
+
+def test_python_work_in_every_step_is_host_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    split = split_of("tokenize", 8, 0.0)
+    [said] = doctor_lines(capsys)
+    assert said.startswith("XLA doctor: Host-bound: the training thread was busy on the host ")
+    assert "a larger batch" in said and "tokenize in the notebook beforehand" in said and "MpDeviceLoader" in said
+    assert split.share(split.host) > 0.8 and split.host > 0.03  # its CPU work, and its waits for a core on a busy machine
 
 
 def test_a_loop_that_never_syncs_is_told_while_it_runs(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,11 +1,14 @@
 """A Trainer in a worker: unchanged under `%%tpu_train --spmd` (FSDPv2 over 4 devices, full weights saved and returned);
-under --checkpoint, its checkpoints go there while it keeps its own output_dir, best checkpoint and save_total_limit."""
+under --checkpoint, its checkpoints go there while it keeps its own output_dir, best checkpoint and save_total_limit; its
+batches' non-padding tokens counted for tokens/s."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import fsspec
 import pytest
@@ -322,3 +325,62 @@ def test_a_trainer_saves_by_the_clock_at_a_step_every_rank_agrees_on(tmp_path: P
         if name.startswith("checkpoint-") and name.removeprefix("checkpoint-").isdigit()
     ]
     assert 10 in steps and [step for step in steps if step < 10], left  # saved along the way by the clock, not only at the end
+
+
+REAL_TOKENS, LENGTH, BATCH = 5, 16, 8
+"""Every sample: 5 tokens, then padding to 16 (so non-padding and all tokens differ); batches of 8."""
+
+
+def train_counting_tokens(output_dir: str) -> int:
+    """A Trainer on a model it can count (`num_parameters`, as a PreTrainedModel has), its steps of a steady length; the
+    parameters its FLOPs estimate counts."""
+    import time
+
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed, self.head = torch.nn.Embedding(64, 8), torch.nn.Linear(8, 2)
+
+        def num_parameters(self, exclude_embeddings: bool = False) -> int:
+            return sum(parameter.numel() for parameter in (self.head if exclude_embeddings else self).parameters())
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+            hidden = (self.embed(input_ids) * attention_mask.unsqueeze(-1)).sum(1)
+            return {"loss": torch.nn.functional.cross_entropy(self.head(hidden), labels)}
+
+    class Steady(TrainerCallback):
+        def on_step_end(self, args: object, state: object, control: object, **kwargs: object) -> None:
+            time.sleep(0.05)
+
+    torch.manual_seed(0)
+    ids, mask = torch.zeros(32, LENGTH, dtype=torch.long), torch.zeros(32, LENGTH, dtype=torch.long)
+    ids[:, :REAL_TOKENS], mask[:, :REAL_TOKENS] = torch.randint(1, 64, (32, REAL_TOKENS)), 1
+    data = [{"input_ids": ids[i], "attention_mask": mask[i], "labels": i % 2} for i in range(32)]
+    args = TrainingArguments(
+        output_dir, per_device_train_batch_size=BATCH, max_steps=24, optim="sgd", report_to=[], save_strategy="no", logging_steps=8
+    )
+    model = Tiny()
+    Trainer(model, args, train_dataset=data, callbacks=[Steady()]).train()
+    return model.num_parameters(exclude_embeddings=True)
+
+
+def test_a_trainers_tokens_per_second_is_the_non_padding_tokens_it_trained_on_over_the_measured_time(tmp_path: Path) -> None:
+    from tpu_nb.kernel.history.log import read_log
+    from tpu_nb.kernel.launching import launch_observed
+    from tpu_nb.kernel.progress.recompilation import WARMUP_STEPS
+    from tpu_nb.wire.events import Event, Progress
+
+    events: list[Event] = []
+    observer = SimpleNamespace(on_event=events.append)
+    dense = launch_observed(train_counting_tokens, (str(tmp_path / "out"),), {"run_log": str(tmp_path), "progress": False}, [observer])
+    counted = [(event.step, event.counted) for event in events if isinstance(event, Progress) and event.counted is not None]
+    assert len(counted) > 3 and counted[-1][0] == 24
+    for step, count in counted:  # every step's batch, as the Trainer counts non-padding tokens, never read per step
+        assert (count.tokens, count.samples, count.flops_per_token) == (step * BATCH * REAL_TOKENS, step * BATCH, 6 * dense)
+    pairs = [(before, after) for (step, before), (_, after) in itertools.pairwise(counted) if step >= WARMUP_STEPS]
+    tokens = sum(after.tokens - before.tokens for before, after in pairs)
+    seconds = sum(after.seconds - before.seconds for before, after in pairs)
+    [record] = read_log(tmp_path).records
+    assert record.tokens_per_second == pytest.approx(tokens / seconds)

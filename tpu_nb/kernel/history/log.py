@@ -34,6 +34,8 @@ DEFAULT_DIRECTORY = "tpu_nb_runs"
 ENVIRONMENT_VARIABLE = "TPU_NB_RUN_LOG"
 OFF = "off"
 CURVE_POINTS = 200
+THROUGHPUT_CURVE = "tokens_per_second"
+"""The curve of a run's tokens/s against its steps (`%tpu_runs --metric tokens_per_second` overlays it)."""
 SMALLER_IS_BETTER = ("loss", "error", "perplexity", "wer", "cer", "mse", "mae", "rmse")
 """Words in a metric's name that mean lower is better; any other metric is better higher (accuracy, f1, ...)."""
 
@@ -83,14 +85,16 @@ class CurveKeeper:
 
     def curves(self) -> dict[str, tuple[tuple[int, float], ...]]:
         """Each curve thinned to at most CURVE_POINTS points, evenly, its last point kept."""
-        thinned = {}
-        for name, points in self.points.items():
-            stride = max(1, math.ceil(len(points) / CURVE_POINTS))
-            kept = points[::stride]
-            if kept[-1] != points[-1]:
-                kept.append(points[-1])
-            thinned[name] = tuple(kept)
-        return thinned
+        return {name: thinned(points) for name, points in self.points.items()}
+
+
+def thinned(points: Sequence[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
+    """A curve's points thinned to about CURVE_POINTS, evenly, its last point kept."""
+    stride = max(1, math.ceil(len(points) / CURVE_POINTS))
+    kept = list(points[::stride])
+    if kept and kept[-1] != points[-1]:
+        kept.append(points[-1])
+    return tuple(kept)
 
 
 def append_record(directory: Path, record: RunRecord) -> RunRecord:

@@ -41,6 +41,10 @@ class RunRecord:
     best: Mapping[str, float]
     curves: Mapping[str, tuple[tuple[int, float], ...]]
     checkpoints: str | None
+    tokens_per_second: float | None = None
+    """Its tokens/s over its steps after warm-up (all chips); None where it counted no tokens."""
+    mfu: float | None = None
+    """Its model FLOPs utilisation over the same steps; None where no chip peak (or no FLOPs per token) is known."""
 
     def to_json(self) -> dict[str, Any]:
         """The record as values JSON holds exactly (`json_safe`)."""
@@ -58,6 +62,8 @@ class RunRecord:
             "best": self.best,
             "curves": self.curves,
             "checkpoints": self.checkpoints,
+            "tokens_per_second": self.tokens_per_second,
+            "mfu": self.mfu,
         }
         return {name: json_safe(value) for name, value in fields.items()}
 
@@ -116,6 +122,8 @@ def read_record(data: object) -> RecordRead:
         fields.metrics("best"),
         fields.curves(),
         fields.text("checkpoints"),
+        fields.number("tokens_per_second"),
+        fields.number("mfu"),
     )
     return RecordRead(record, fields.passed_over)
 
@@ -161,6 +169,12 @@ class _Fields:
             else:
                 kept[metric] = number
         return kept
+
+    def number(self, name: str) -> float | None:
+        """A finite number, or None (missing or null: a run without it, or logged before records had it)."""
+        value = self._data.get(name)
+        number = _number(value)
+        return number if self._kept(value is None or number is not None) else None
 
     def curves(self) -> dict[str, tuple[tuple[int, float], ...]]:
         curves = {}

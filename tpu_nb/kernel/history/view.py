@@ -1,4 +1,5 @@
-"""`%tpu_runs`: the run log as a table, and the curves of the runs named, overlaid on one chart."""
+"""`%tpu_runs`: the run log as a table (each run's speed too: tokens/s and MFU), and the curves of the runs named,
+overlaid on one chart (`--metric tokens_per_second`: their speed against their steps)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import html
 import time
 from collections.abc import Sequence
 
-from tpu_nb.kernel.history.log import RunLog
+from tpu_nb.kernel.history.log import THROUGHPUT_CURVE, RunLog
 from tpu_nb.kernel.history.run_record import RunRecord
 from tpu_nb.kernel.progress.chart import Curve, overlay_chart
-from tpu_nb.kernel.progress.text import format_value
+from tpu_nb.kernel.progress.text import format_count_rate, format_mfu, format_value
 from tpu_nb.wire.units import format_duration
 
 LOSS = "loss"
@@ -23,13 +24,15 @@ def run_label(record: RunRecord) -> str:
 
 
 def runs_text(records: Sequence[RunRecord], metric: str) -> str:
-    """The runs as plain text, a line each: number, start, title and trial, status, time, final loss and `metric`."""
+    """The runs as plain text, a line each: number, start, title and trial, status, time, final loss and `metric`, speed."""
     if not records:
         return "tpu_nb: no runs logged yet (every run adds its record when it ends)."
     lines = []
     for record in records:
         values = " ".join(f"{name}={format_value(record.final[name])}" for name in _shown(metric) if name in record.final)
-        lines.append(f"{run_label(record)}  {_when(record)}  {record.status}  {format_duration(record.seconds)}  {values}".rstrip())
+        speed = " ".join(f"{name}={value}" for name, value in (("tokens/s", _tokens(record)), ("MFU", _mfu(record))) if value)
+        parts = (run_label(record), _when(record), record.status, format_duration(record.seconds), values, speed)
+        lines.append("  ".join(part for part in parts if part))
     return "\n".join(lines)
 
 
@@ -49,8 +52,10 @@ def passed_over_text(log: RunLog, path: str) -> str | None:
 
 def runs_html(records: Sequence[RunRecord], metric: str, chart: bytes | None) -> str:
     """The runs as a table (best value of `metric` too), with the overlaid curves under it."""
-    names = _shown(metric)
-    head = ["#", "started", "run", "status", "time", *(f"final {name}" for name in names), f"best {metric}", "checkpoints"]
+    names = [name for name in _shown(metric) if name != THROUGHPUT_CURVE]  # the tokens/s column shows it
+    best = [] if metric == THROUGHPUT_CURVE else [metric]
+    head = ["#", "started", "run", "status", "time", "tokens/s", "MFU", *(f"final {name}" for name in names)]
+    head += [*(f"best {name}" for name in best), "checkpoints"]
     rows = []
     for record in records:
         trial = "" if record.trial is None else " ".join(f"{name}={value!r}" for name, value in record.trial.items())
@@ -60,8 +65,10 @@ def runs_html(records: Sequence[RunRecord], metric: str, chart: bytes | None) ->
             html.escape(record.title + (f" ({trial})" if trial else "")),
             html.escape(record.status),
             format_duration(record.seconds),
+            _tokens(record),
+            _mfu(record),
             *(format_value(record.final[name]) if name in record.final else "" for name in names),
-            format_value(record.best[metric]) if metric in record.best else "",
+            *(format_value(record.best[name]) if name in record.best else "" for name in best),
             html.escape(record.checkpoints or ""),
         ]
         rows.append("<tr>" + "".join(f"<td style='padding:2px 10px'>{cell}</td>" for cell in cells) + "</tr>")
@@ -82,6 +89,14 @@ def runs_chart(records: Sequence[RunRecord], metric: str) -> bytes | None:
 def _curve(record: RunRecord, name: str) -> Curve:
     points = record.curves.get(name, ())
     return (run_label(record), [step for step, _ in points], [value for _, value in points])
+
+
+def _tokens(record: RunRecord) -> str:
+    return "" if record.tokens_per_second is None else format_count_rate(record.tokens_per_second)
+
+
+def _mfu(record: RunRecord) -> str:
+    return "" if record.mfu is None else format_mfu(record.mfu)
 
 
 def _count(number: int, thing: str) -> str:

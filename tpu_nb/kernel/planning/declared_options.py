@@ -154,7 +154,20 @@ OPTIONS: tuple[Option, ...] = (
         "The code also gets `mesh`; an unchanged Trainer shards its parameters along the mesh's fsdp axis.",
     ),
     Option("mesh", str, None, "With {spmd}: the device mesh, e.g. fsdp=4,tensor=2 (default: every device on fsdp).", metavar="AXES"),
-    Option("doctor", bool, True, "The XLA doctor: compilation causes and places, host syncs, CPU fallbacks, input waits."),
+    Option(
+        "doctor",
+        bool,
+        True,
+        "The XLA doctor: compilation causes and places, host syncs, CPU fallbacks, input waits, where a step's time goes.",
+    ),
+    Option(
+        "flops_per_token",
+        float,
+        None,
+        "The model's training FLOPs per token (forward and backward; about 6 x its parameters, plus attention), for MFU. "
+        "Default: a Trainer's model's own estimate; a loop has none unless given.",
+        metavar="N",
+    ),
     Option(
         "compile_cache",
         str,

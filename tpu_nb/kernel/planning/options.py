@@ -47,7 +47,9 @@ class LaunchOptions:
     mesh: MeshShape | None = None
     """With `spmd`: the device mesh (default: every device on the "fsdp" axis)."""
     doctor: bool = True
-    """The XLA doctor: why compilations happened and where, host syncs, CPU fallbacks, input waits."""
+    """The XLA doctor: why compilations happened and where, host syncs, CPU fallbacks, input waits, where a step's time goes."""
+    flops_per_token: float | None = None
+    """--flops-per-token: the model's training FLOPs per token, for MFU (None: a Trainer's model's own estimate)."""
     compile_cache: str | None = None
     """XLA's persistent compilation cache directory ("off": none; default: a working directory on Colab/Kaggle TPUs)."""
     checkpoints: CheckpointPlan | None = None
@@ -91,6 +93,7 @@ class LaunchOptions:
             spmd=value["spmd"],
             mesh=mesh_shape,
             doctor=value["doctor"],
+            flops_per_token=value["flops_per_token"],
             compile_cache=value["compile_cache"],
             checkpoints=checkpoints,
             deadline=deadline_at,
@@ -117,6 +120,8 @@ class LaunchOptions:
             found.append(f"mesh={self.mesh}: a mesh is for SPMD runs; add --spmd (spmd=True), or leave the mesh out.")
         if self.spmd and self.all_results:
             found.append("all_results=True: an SPMD run has one worker, so there is one result; leave all_results out.")
+        if self.flops_per_token is not None and not self.flops_per_token > 0:
+            found.append(f"flops_per_token={self.flops_per_token}: give the model's FLOPs per token, a positive number.")
         if self.compile_cache is not None and not self.compile_cache.strip():
             found.append(f'compile_cache="": give a directory for the compilation cache, or "{NO_COMPILE_CACHE}" for none.')
         return found

@@ -32,9 +32,11 @@ from tpu_nb.kernel.notebook.cell_output import OutputPrinter, Write, write_to_sy
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.backends import commands
 from tpu_nb.kernel.pod.backends.protocol import PodBackend
+from tpu_nb.kernel.pod.backends.slices import TpuSlice
 from tpu_nb.kernel.pod.pod_stop import STOP_AHEAD_SECONDS, stop_step
 from tpu_nb.kernel.pod.reaper import Reaper
 from tpu_nb.kernel.progress.display import make_display
+from tpu_nb.kernel.progress.throughput import Basis, generation_basis
 from tpu_nb.kernel.run.followed_run import POLL_SECONDS, FollowedRun, RunObserver
 from tpu_nb.kernel.stalls.pod_stacks import PodStacks
 from tpu_nb.wire.events import Heartbeat, Output, Progress, Stalled, Stopping, WorkerStarted
@@ -105,8 +107,14 @@ class PodRun(FollowedRun):
         observers: Sequence[RunObserver] = (),
         runtime_label: str | None = None,
         staging: Path | None = None,
+        tpu: TpuSlice | None = None,
     ) -> None:
         super().__init__(options, title, [OutputPrinter(all_ranks=False, write=write), *observers], write)
+        self._speed.basis = (
+            Basis(1, None, "no MFU: the pod's slice is not known here", options.flops_per_token)
+            if tpu is None
+            else generation_basis(tpu.generation, tpu.chips, options.flops_per_token)
+        )
         self.backend = backend
         self.runtime_label = runtime_label or backend.label
         self.run = run
@@ -149,7 +157,7 @@ class PodRun(FollowedRun):
         self._follower = threading.get_ident()
         self._deadline = self.options.deadline
         if self.options.progress:
-            self._display = make_display(self.title, self.runtime_label, self.run.hosts, worker_noun="host")
+            self._display = make_display(self.title, self.runtime_label, self.run.hosts, worker_noun="host", basis=self._speed.basis)
             self._observers.append(self._display)
         # First: if the kernel dies from here on, the reaper ends the run everywhere.
         self._reaper = Reaper.start(self.backend.end_commands(self.run.name), remove=[str(self.staging)] if self.staging else [])

@@ -41,7 +41,9 @@ def launch_pod(
         _print_export(run, target, checked.tpu, write)
         return run
     try:
-        return run_in_foreground(PodRun(checked.backend, run, options, title, write, runtime_label=checked.label, staging=staging))
+        return run_in_foreground(
+            PodRun(checked.backend, run, options, title, write, runtime_label=checked.label, staging=staging, tpu=checked.tpu)
+        )
     except (commands.CommandFailed, SliceError) as error:
         raise refused(str(error), pod=True) from None
     except KeyboardInterrupt:
@@ -62,7 +64,7 @@ def start_pod_in_background(
     title = f"background run `{name}` on {target.name}"
 
     def make_run(observers: list[RunObserver], write: Write) -> PodRun:
-        return PodRun(backend, run, options, title, write, observers, runtime_label=checked.label, staging=staging)
+        return PodRun(backend, run, options, title, write, observers, runtime_label=checked.label, staging=staging, tpu=checked.tpu)
 
     try:
         return follow_in_background(make_run, name, finish)

@@ -2,8 +2,8 @@
 
 Only core widgets (no custom widget manager, so Colab renders it too), and
 throttled refreshes: this runs in the kernel while training. The layout
-fits one screen: status and bar; the chart beside the latest logged values;
-one health line, with workers and XLA details that open by themselves when
+fits one screen: status and bar; the run's speed (tokens/s, MFU, where a
+step's time goes); the chart beside the latest logged values; one health line, with workers and XLA details that open by themselves when
 something needs attention. The whole dashboard is shown under a display id
 and replaced by the static summary when the run ends, so the live page, a
 saved notebook and an export all show one view of the run.
@@ -39,6 +39,7 @@ from tpu_nb.kernel.progress.html_parts import (
     pill,
     stall_html,
     table_html,
+    throughput_html,
     workers_html,
 )
 from tpu_nb.kernel.progress.snapshot import MetricRow, ProgressSnapshot
@@ -69,6 +70,7 @@ class Dashboard:
         self.progress_bar = widgets.IntProgress(min=0, max=1, value=0, layout=widgets.Layout(width="60%"))
         self.step_label = widgets.Label()
         self.detail = widgets.HTML()
+        self.speed = widgets.HTML()  # tokens/s, samples/s, MFU, the step's time split
         self.chart = widgets.Image(format="png", layout=widgets.Layout(display="none", max_width="62%", align_self="flex-start"))
         self.table = widgets.HTML()
         self.history = widgets.HTML()
@@ -82,6 +84,7 @@ class Dashboard:
                 self.status,
                 widgets.HBox([self.progress_bar, self.step_label]),
                 self.detail,
+                self.speed,
                 widgets.HBox([self.chart, values], layout=widgets.Layout(flex_flow="row wrap", align_items="flex-start")),
                 self.stall,
                 self.health,
@@ -159,6 +162,7 @@ class Dashboard:
             self.detail.value = detail_html("\n".join(snapshot.failures), phase_colour("failed"))
         else:
             self.detail.value = ""
+        self.speed.value = throughput_html(snapshot)
         self.health.value = health_line_html(snapshot) + checkpoint_html(snapshot)
         if snapshot.stall is not self._shown_stall:  # redrawn only when it changes: its whole stacks may be opened
             self._shown_stall = snapshot.stall
@@ -220,8 +224,6 @@ def _status_html(snapshot: ProgressSnapshot) -> str:
         facts.append(f"ETA {format_duration(snapshot.eta)}")
     if snapshot.steps_per_second is not None:
         facts.append(f"{format_rate(snapshot.steps_per_second)} steps/s")
-    if snapshot.samples_per_second is not None:
-        facts.append(f"{format_rate(snapshot.samples_per_second)} samples/s")
     if snapshot.epoch is not None:
         facts.append(f"epoch {snapshot.epoch:.2f}")
     return " · ".join(facts)

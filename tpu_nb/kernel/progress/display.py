@@ -8,6 +8,7 @@ from tpu_nb.kernel.endings.status import RunStatus
 from tpu_nb.kernel.notebook.frontend import in_notebook_kernel
 from tpu_nb.kernel.progress.state import ProgressState
 from tpu_nb.kernel.progress.text import TextProgress
+from tpu_nb.kernel.progress.throughput import Basis
 from tpu_nb.wire.events import Event
 
 
@@ -19,12 +20,14 @@ class ProgressDisplay(Protocol):
     def finish(self, status: RunStatus, detail: str | None = None) -> None: ...
 
 
-def make_display(title: str, runtime_label: str, expected_workers: int, worker_noun: str = "rank") -> ProgressDisplay:
+def make_display(
+    title: str, runtime_label: str, expected_workers: int, worker_noun: str = "rank", basis: Basis | None = None
+) -> ProgressDisplay:
     """A fresh ProgressState behind a dashboard (shown now, in the current cell) or a text status line.
 
-    `worker_noun`: what each worker row is ("rank", or "host" for a pod run).
+    `worker_noun`: what each worker row is ("rank", or "host" for a pod run); `basis`: what MFU is measured against.
     """
-    progress = ProgressState(title, runtime_label, expected_workers, worker_noun=worker_noun)
+    progress = ProgressState(title, runtime_label, expected_workers, worker_noun=worker_noun, basis=basis)
     if not in_notebook_kernel():
         return TextProgress(progress)
     from tpu_nb.kernel.progress.dashboard import Dashboard  # imports ipywidgets: only in a kernel that shows widgets

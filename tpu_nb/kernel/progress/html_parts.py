@@ -11,7 +11,7 @@ import html
 from collections.abc import Sequence
 
 from tpu_nb.kernel.progress.snapshot import EVAL_PREFIX, TRAINING_LOSS, VALIDATION_LOSS, ProgressSnapshot
-from tpu_nb.kernel.progress.text import HealthLevel, format_value, health, health_brief
+from tpu_nb.kernel.progress.text import HealthLevel, format_value, health, health_brief, split_text, throughput_text
 from tpu_nb.wire.stacks import StackReport
 from tpu_nb.wire.units import format_bytes, format_duration
 
@@ -28,6 +28,7 @@ PHASE_COLOURS: dict[str, str] = {
     "stopped": "#8d5300",
 }
 OTHER_PHASE_COLOUR = "#546e7a"  # a worker phase without a colour of its own
+SPEED_COLOUR = "#1565c0"
 HEALTH_COLOURS: dict[HealthLevel, str] = {"pending": "#546e7a", "stable": "#2e7d32", "warning": "#8d5300", "unjudged": "#546e7a"}
 _CELL = "padding:2px 10px;text-align:right"
 _LEFT_CELL = "padding:1px 10px;text-align:left"
@@ -92,6 +93,18 @@ def health_line_html(snapshot: ProgressSnapshot) -> str:
     """One line: the health pill and a short account (compilations, workers, findings)."""
     level, _text = health(snapshot)
     return f'<div class="tpu-nb-xla-{level}">{pill("XLA " + level, HEALTH_COLOURS[level])} {html.escape(health_brief(snapshot))}</div>'
+
+
+def throughput_html(snapshot: ProgressSnapshot) -> str:
+    """The run's speed on a line of its own: tokens/s, samples/s, MFU (or why none), where a step's time goes; nothing
+    before anything was counted or measured."""
+    throughput = snapshot.throughput
+    parts = [text for text in (throughput_text(throughput),) if text]
+    if throughput.split is not None:
+        parts.append(split_text(throughput.split))
+    if not parts:
+        return ""
+    return f'<div class="tpu-nb-throughput">{pill("speed", SPEED_COLOUR)} {html.escape(" · ".join(parts))}</div>'
 
 
 def checkpoint_html(snapshot: ProgressSnapshot) -> str:

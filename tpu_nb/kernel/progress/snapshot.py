@@ -8,10 +8,11 @@ ones they treat specially.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tpu_nb.kernel.endings.status import RUN_STATUSES
 from tpu_nb.kernel.progress.recompilation import CompileVerdict
+from tpu_nb.kernel.progress.throughput import Throughput
 from tpu_nb.wire.events import Diagnosis
 from tpu_nb.wire.stacks import StackReport
 
@@ -66,7 +67,6 @@ class ProgressSnapshot:
     epoch: float | None
     elapsed: float
     steps_per_second: float | None
-    samples_per_second: float | None
     eta: float | None
     history: tuple[MetricRow, ...]
     metric_names: tuple[str, ...]  # every metric logged, in first-seen order
@@ -79,6 +79,9 @@ class ProgressSnapshot:
     worker_noun: str = "rank"  # what a worker row stands for: a rank, or a pod run's host
     checkpoint: str | None = None  # the newest checkpoint, e.g. "checkpoint at step 500 verified (11.7 MiB, 0.8s)"
     stall: StackReport | None = None  # where every rank was when the watchdog spoke, until they move again
+    throughput: Throughput = field(
+        default_factory=Throughput
+    )  # tokens/s, samples/s, MFU, the step's time split: live, or the run's at its end
 
     @property
     def memory(self) -> tuple[int, int] | None:

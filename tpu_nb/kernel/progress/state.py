@@ -2,7 +2,8 @@
 
 Pure logic (stdlib only, injectable clock): this is where `report()`'s and
 a Trainer's `Progress` events, and every rank's heartbeats, become the
-history, rates and worker rows the dashboard's chart and table show.
+history, rates and worker rows the dashboard's chart and table show (its
+speed, tokens/s and MFU, through `throughput`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from types import MappingProxyType
 from tpu_nb.kernel.endings.status import RUN_STATUSES, RunStatus
 from tpu_nb.kernel.progress.recompilation import EVAL_PHASE, CompileJudge
 from tpu_nb.kernel.progress.snapshot import EVAL_PREFIX, TRAINING_LOSS, MetricRow, ProgressSnapshot, WorkerRow
+from tpu_nb.kernel.progress.throughput import Basis, ThroughputMeter
 from tpu_nb.wire.events import (
     CheckpointSaved,
     ChipFigures,
@@ -57,6 +59,7 @@ class ProgressState:
         expected_workers: int,
         clock: Callable[[], float] = time.monotonic,
         worker_noun: str = "rank",
+        basis: Basis | None = None,
     ) -> None:
         self.title = title
         self.worker_noun = worker_noun
@@ -71,7 +74,7 @@ class ProgressState:
         self._step: int | None = None
         self._max_steps: int | None = None
         self._epoch: float | None = None
-        self._samples_per_step: int | None = None
+        self._throughput = ThroughputMeter(basis)
         self._step_times: deque[tuple[float, int]] = deque()
         self._history: list[MetricRow] = []
         self._latest: dict[str, float] = {}
@@ -89,6 +92,7 @@ class ProgressState:
         if self._ended_at is not None:
             return  # the final snapshot must not change under the summary
         now = self.clock()
+        self._throughput.on_event(event)
         if isinstance(event, Notice):
             self._notices.setdefault(event.text, None)
         if isinstance(event, Diagnosis):
@@ -151,9 +155,7 @@ class ProgressState:
             epoch=self._epoch,
             elapsed=now - self._started_at,
             steps_per_second=steps_per_second,
-            samples_per_second=(
-                steps_per_second * self._samples_per_step if steps_per_second is not None and self._samples_per_step else None
-            ),
+            throughput=self._throughput.overall() if finished else self._throughput.live(),
             eta=None if finished else self._eta(steps_per_second),
             history=tuple(self._history),
             metric_names=tuple(self._metric_names),
@@ -192,8 +194,6 @@ class ProgressState:
             self._max_steps = event.max_steps
         if epoch is not None:
             self._epoch = epoch
-        if event.samples_per_step is not None:
-            self._samples_per_step = event.samples_per_step
         training = event.phase in (None, TRAIN_PHASE)
         if event.step is not None:
             if training and not self._first_step_seen:

@@ -24,6 +24,7 @@ from tpu_nb.kernel.progress.html_parts import (
     pill,
     stall_html,
     table_html,
+    throughput_html,
     workers_html,
 )
 from tpu_nb.kernel.progress.snapshot import ProgressSnapshot
@@ -33,7 +34,9 @@ from tpu_nb.kernel.progress.text import (
     final_metrics,
     format_value,
     health,
+    split_text,
     step_text,
+    throughput_text,
     workers_text,
 )
 from tpu_nb.wire.units import format_duration
@@ -62,6 +65,7 @@ def render_summary(snapshot: ProgressSnapshot) -> tuple[str, bytes | None]:
     if metrics:
         listed = ", ".join(f"{html.escape(name)} <strong>{format_value(value)}</strong>" for name, value in metrics)
         parts.append(f"<p>Final: {listed}</p>")
+    parts.append(throughput_html(snapshot))
     side_by_side = []
     if png is not None:
         # Frontends show only the richest type of an output (HTML here), so the chart goes in the HTML too.
@@ -105,6 +109,11 @@ def summary_text(snapshot: ProgressSnapshot) -> str:
         lines.append(snapshot.detail)
     if snapshot.stall is not None:
         lines.append(f"Where were they? {snapshot.stall}")
+    speed = throughput_text(snapshot.throughput)
+    if speed is not None:
+        lines.append(f"speed: {speed}")
+    if snapshot.throughput.split is not None:
+        lines.append(f"time: {split_text(snapshot.throughput.split)}")
     lines.append(health(snapshot)[1])
     if snapshot.checkpoint is not None:
         lines.append(snapshot.checkpoint)

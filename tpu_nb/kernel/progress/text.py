@@ -13,6 +13,7 @@ from tpu_nb.kernel.endings.status import RunStatus
 from tpu_nb.kernel.progress.recompilation import CompileLevel, CompileVerdict
 from tpu_nb.kernel.progress.snapshot import EVAL_PREFIX, TRAINING_LOSS, ProgressSnapshot
 from tpu_nb.kernel.progress.state import ProgressState
+from tpu_nb.kernel.progress.throughput import Throughput, TimeSplit
 from tpu_nb.wire.events import Diagnosis, Event
 from tpu_nb.wire.stacks import StackReport
 from tpu_nb.wire.units import format_bytes, format_duration
@@ -87,6 +88,7 @@ def status_line(snapshot: ProgressSnapshot) -> str:
         parts.append(f"loss {format_value(snapshot.latest[TRAINING_LOSS])}")
     if snapshot.steps_per_second is not None:
         parts.append(f"{format_rate(snapshot.steps_per_second)} steps/s")
+    parts += speed_parts(snapshot.throughput)
     if snapshot.eta is not None:
         parts.append(f"ETA {format_duration(snapshot.eta)}")
     if snapshot.compile_count:
@@ -103,9 +105,60 @@ def final_line(snapshot: ProgressSnapshot) -> str:
     if snapshot.step is not None:
         parts.append(step_text(snapshot))
     parts += [f"{name} {format_value(value)}" for name, value in final_metrics(snapshot)]
+    parts += speed_parts(snapshot.throughput)
     if snapshot.compile_count:
         parts.append(f"compilations: {snapshot.compile_count}")
     return " | ".join(parts)
+
+
+def speed_parts(throughput: Throughput) -> list[str]:
+    """Tokens/s and MFU in a few words each, for a one-line status: ["1,234 tokens/s", "MFU 41.2%"]."""
+    parts = []
+    if throughput.tokens_per_second is not None:
+        parts.append(f"{format_count_rate(throughput.tokens_per_second)} tokens/s")
+    if throughput.mfu is not None:
+        parts.append(f"MFU {format_mfu(throughput.mfu)}")
+    return parts
+
+
+def throughput_text(throughput: Throughput) -> str | None:
+    """ "1,234 tokens/s (617 per chip) · 12 samples/s · MFU 41.2%", or why there is no MFU; None with nothing counted."""
+    parts = []
+    tokens, per_chip = throughput.tokens_per_second, throughput.tokens_per_second_per_chip
+    if tokens is not None and per_chip is not None:
+        chips = "" if throughput.chips <= 1 else f" ({format_count_rate(per_chip)} per chip)"
+        parts.append(f"{format_count_rate(tokens)} tokens/s{chips}")
+    if throughput.samples_per_second is not None:
+        parts.append(f"{format_count_rate(throughput.samples_per_second)} samples/s")
+    if throughput.mfu is not None:
+        parts.append(f"MFU {format_mfu(throughput.mfu)}")
+    elif throughput.no_mfu is not None:
+        parts.append(throughput.no_mfu)
+    return " · ".join(parts) or None
+
+
+def split_text(split: TimeSplit) -> str:
+    """ "a step 120 ms: waiting for input 6 ms (5%), the device 96 ms (80%), the host 18 ms (15%)"."""
+    shares = ", ".join(
+        f"{name} {format_seconds(part)} ({split.share(part):.0%})"
+        for name, part in (("waiting for input", split.input_wait), ("the device", split.device), ("the host", split.host))
+    )
+    return f"a step {format_seconds(split.step)}: {shares}"
+
+
+def format_seconds(seconds: float) -> str:
+    """ "120 ms", "2.5 s"."""
+    return f"{seconds * 1000:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
+
+
+def format_count_rate(per_second: float) -> str:
+    """A rate of things counted: "12,345", "12.3", "0.5"."""
+    return f"{per_second:,.0f}" if per_second >= 100 else format_rate(per_second)
+
+
+def format_mfu(mfu: float) -> str:
+    """ "41.2%", "0.0032%"."""
+    return f"{mfu:.1%}" if mfu >= 0.001 else f"{mfu * 100:.2g}%"
 
 
 def final_metrics(snapshot: ProgressSnapshot) -> list[tuple[str, float]]:

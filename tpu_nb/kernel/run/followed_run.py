@@ -20,13 +20,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from tpu_nb.kernel.endings.run_ending import Ending
-from tpu_nb.kernel.history.log import LOG_FILE, CurveKeeper, append_record, changed_options, log_directory
+from tpu_nb.kernel.history.log import LOG_FILE, THROUGHPUT_CURVE, CurveKeeper, append_record, changed_options, log_directory, thinned
 from tpu_nb.kernel.history.run_record import RunRecord
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.interrupts import interrupts_counted
 from tpu_nb.kernel.planning.deadlines import Deadline, StopNeeds
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.progress.display import ProgressDisplay
+from tpu_nb.kernel.progress.throughput import Throughput, ThroughputMeter
 from tpu_nb.kernel.run.stop_wait import StopClock, StopWait
 from tpu_nb.wire.events import Event, Notice
 from tpu_nb.wire.stacks import StackReport
@@ -57,8 +58,9 @@ class FollowedRun(ABC):
         self.title = title
         self._write = write
         self._curves = CurveKeeper()  # for the run log's record
+        self._speed = ThroughputMeter()  # the run's speed (tokens/s, MFU); its basis is set when the run starts
         self._logged = dict(logged or {})  # what the log's record adds: a sweep's trial and label
-        self._observers: list[RunObserver] = [self._curves, *observers]
+        self._observers: list[RunObserver] = [self._curves, self._speed, *observers]
         self._display: ProgressDisplay | None = None
         self._started_at: float | None = None
         self._started_wall = time.time()
@@ -96,6 +98,11 @@ class FollowedRun(ABC):
         now = time.monotonic()
         wait = self._stop_clock.wait(self._stop_requested_at or now, now)
         return dataclasses.replace(wait, seconds=wait.seconds + self._stop_ahead)
+
+    @property
+    def throughput(self) -> Throughput:
+        """The run's speed so far (after warm-up): tokens/s, samples/s, MFU."""
+        return self._speed.overall()
 
     @abstractmethod
     def stacks(self) -> StackReport:
@@ -187,6 +194,10 @@ class FollowedRun(ABC):
         if directory is None:
             return
         checkpoints = self.options.checkpoints
+        speed = self._speed.overall()
+        curves = self._curves.curves()
+        if self._speed.curve:
+            curves[THROUGHPUT_CURVE] = thinned(self._speed.curve)
         record = RunRecord(
             number=0,
             title=self.title,
@@ -199,8 +210,10 @@ class FollowedRun(ABC):
             sweep=self._logged.get("sweep"),
             final=dict(self._curves.final),
             best=dict(self._curves.best),
-            curves=self._curves.curves(),
+            curves=curves,
             checkpoints=None if checkpoints is None else checkpoints.directory,
+            tokens_per_second=speed.tokens_per_second,
+            mfu=speed.mfu,
         )
         try:
             append_record(directory, record)

@@ -20,6 +20,7 @@ from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.planning.preflight import SHARED, check_can_launch
 from tpu_nb.kernel.planning.worlds import World
 from tpu_nb.kernel.progress.display import make_display
+from tpu_nb.kernel.progress.throughput import host_basis
 from tpu_nb.kernel.run import warm_imports
 from tpu_nb.kernel.run.followed_run import FollowedRun, RunObserver
 from tpu_nb.kernel.run.processes import TERMINATE_GRACE, WorkerProcesses
@@ -132,10 +133,11 @@ class Run(FollowedRun):
         for note in environment.notes:
             self._write("stderr", note + "\n")
         self._deadline = self.options.deadline_on(info)
+        self._speed.basis = host_basis(info, environment.devices, self.options.flops_per_token)
         if self.options.progress:
             workers = 1 if self.options.spmd else environment.devices  # SPMD: one worker drives them all
             label = info.label if chips is None else f"{info.label} · {chips.mode} ({self._mode_reason})"
-            self._display = make_display(self.title, label, workers)
+            self._display = make_display(self.title, label, workers, basis=self._speed.basis)
         shown_after: list[RunObserver] = [self._display] if self._display is not None else []
         self._observers = [OutputPrinter(self.options.all_ranks_output, self._write), self._facts, *self._observers, *shown_after]
         self._stop_request = StopRequest(environment.devices)

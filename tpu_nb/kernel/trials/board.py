@@ -1,4 +1,4 @@
-"""A sweep's dashboard: a row per trial (status, chips, step, loss, the compared metric) and a curve per trial.
+"""A sweep's dashboard: a row per trial (status, chips, step, tokens/s, loss, the compared metric) and a curve per trial.
 
 In a notebook kernel it is one output, redrawn in place about once a second
 (an IPython display id: no widget, so Colab, Kaggle, JupyterLab and a saved
@@ -19,7 +19,8 @@ from tpu_nb.kernel.notebook.frontend import in_notebook_kernel
 from tpu_nb.kernel.planning.worlds import World
 from tpu_nb.kernel.progress.chart import Curve, overlay_chart
 from tpu_nb.kernel.progress.html_parts import phase_colour, pill
-from tpu_nb.kernel.progress.text import format_value
+from tpu_nb.kernel.progress.text import format_count_rate, format_value
+from tpu_nb.kernel.progress.throughput import ThroughputMeter
 from tpu_nb.kernel.trials.comparison import Comparison
 from tpu_nb.kernel.trials.spec import Trial
 from tpu_nb.kernel.trials.sweep import TrialOutcome, TrialWatch
@@ -38,8 +39,15 @@ class _Row:
         self.max_steps: int | None = None
         self.last: dict[str, float] = {}
         self.curves: dict[str, tuple[list[int], list[float]]] = {}
+        self.speed = ThroughputMeter()
+
+    @property
+    def tokens_per_second(self) -> str:
+        tokens = self.speed.live().tokens_per_second
+        return "" if tokens is None else format_count_rate(tokens)
 
     def take(self, event: Progress) -> None:
+        self.speed.on_event(event)
         if event.max_steps is not None:
             self.max_steps = event.max_steps
         if event.step is not None:
@@ -128,7 +136,8 @@ class SweepBoard(TrialWatch):
             step = "" if row.step is None else f" step {row.step}" + (f"/{row.max_steps}" if row.max_steps else "")
             metrics = " ".join(f"{name}={format_value(row.last[name])}" for name in self._shown_metrics() if name in row.last)
             where = f" on {row.where}" if row.where else ""
-            lines.append(f"  #{row.trial.number} {row.trial.label}: {row.status}{where}{step} {metrics}".rstrip())
+            speed = f" {row.tokens_per_second} tokens/s" if row.tokens_per_second else ""
+            lines.append(f"  #{row.trial.number} {row.trial.label}: {row.status}{where}{step}{speed} {metrics}".rstrip())
         if self._comparison is not None:
             lines.append(self._comparison.text())
         return "\n".join(lines)
@@ -136,7 +145,8 @@ class SweepBoard(TrialWatch):
     def html(self) -> str:
         metrics = self._shown_metrics()
         head = "".join(
-            f"<th style='padding:2px 10px'>{html.escape(name)}</th>" for name in ["#", "trial", "status", "on", "step", *metrics]
+            f"<th style='padding:2px 10px'>{html.escape(name)}</th>"
+            for name in ["#", "trial", "status", "on", "step", "tokens/s", *metrics]
         )
         body = []
         for row in self._rows.values():
@@ -148,6 +158,7 @@ class SweepBoard(TrialWatch):
                 pill(row.status, phase_colour(row.status)),
                 row.where or "",
                 step,
+                row.tokens_per_second,
                 *values,
             ]
             body.append("<tr>" + "".join(f"<td style='padding:2px 10px'>{cell}</td>" for cell in cells) + "</tr>")

@@ -1,4 +1,4 @@
-"""The comparison of a sweep's trials: sorted by the chosen metric, with mean and spread across folds."""
+"""The comparison of a sweep's trials: sorted by the chosen metric, with mean and spread across folds, and each one's speed."""
 
 from __future__ import annotations
 
@@ -49,6 +49,9 @@ class TrialRow:
     final: Mapping[str, float]
     """The last value of every metric it reported."""
     seconds: float | None
+    tokens_per_second: float | None = None
+    """Its speed after warm-up (all its chips), where it counted tokens."""
+    mfu: float | None = None
 
     def value(self, metric: MetricChoice) -> float | None:
         found = self.final.get(metric.name)
@@ -88,7 +91,9 @@ class Comparison:
             value = row.value(self.metric)
             shown = "-" if value is None else f"{value:.6g}"
             where = f" on {row.where}" if row.where else ""
-            lines.append(f"  #{row.trial.number:<3} {row.trial.label:<32} {row.status:<11} {self.metric.name}={shown}{where}")
+            speed = "" if row.tokens_per_second is None else f" {row.tokens_per_second:,.0f} tokens/s"
+            speed += "" if row.mfu is None else f" MFU {row.mfu:.1%}"
+            lines.append(f"  #{row.trial.number:<3} {row.trial.label:<32} {row.status:<11} {self.metric.name}={shown}{where}{speed}")
         if self.groups:
             lines.append(f"mean ± spread of {self.metric.name} across folds:")
             for group in self.groups:

@@ -31,6 +31,7 @@ from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.interrupts import interrupts_counted
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.planning.worlds import World
+from tpu_nb.kernel.progress.throughput import Throughput
 from tpu_nb.kernel.run.background import MetricsLog
 from tpu_nb.kernel.run.followed_run import RunObserver
 from tpu_nb.kernel.run.local_run import Run
@@ -53,6 +54,8 @@ class TrialOutcome:
     ending: Ending | None
     metrics: tuple[Mapping[str, Any], ...]
     seconds: float | None
+    throughput: Throughput | None = None
+    """Its speed after warm-up (tokens/s, MFU); None where it never ran."""
 
     @property
     def final(self) -> Mapping[str, float]:
@@ -267,7 +270,7 @@ class Sweep:
             return self._failed(entry.trial, entry.world.label, what, fault, rows, seconds)
         if ending.status == "failed":  # its traceback; the other trials go on
             self._write("stderr", f"tpu_nb: trial #{entry.trial.number} ({entry.trial.label}) failed: {ending.error or ending.text}\n")
-        return TrialOutcome(entry.trial, ending.status, entry.world.label, ending, rows, seconds)
+        return TrialOutcome(entry.trial, ending.status, entry.world.label, ending, rows, seconds, entry.run.throughput)
 
     def _failed(
         self, trial: Trial, where: str | None, what: str, error: BaseException, rows: tuple[Mapping[str, Any], ...], seconds: float | None

@@ -118,7 +118,9 @@ def run_sweep(
 
 
 def _row(outcome: TrialOutcome) -> TrialRow:
-    return TrialRow(outcome.trial, outcome.status, outcome.where, outcome.final, outcome.seconds)
+    speed = outcome.throughput
+    tokens, mfu = (None, None) if speed is None else (speed.tokens_per_second, speed.mfu)
+    return TrialRow(outcome.trial, outcome.status, outcome.where, outcome.final, outcome.seconds, tokens, mfu)
 
 
 def _plan_trials(

@@ -39,6 +39,10 @@ ROUGH_FALLBACKS_PER_STEP = 0.5
 INPUT_WAIT_FRACTION = 0.3
 """A training thread waiting for batches this share of the time is input-bound."""
 
+HOST_BUSY_FRACTION = 0.8
+"""A training thread busy on the host this share of the time (running, or waiting for a core; its waits for batches
+left out) is host-bound: it hardly ever waits for the device, so the device waits for it."""
+
 NO_EXECUTION_STEPS = 5
 NO_EXECUTION_SECONDS = 2.0
 MOST_PLACES = 3
@@ -48,6 +52,7 @@ MOST_OPS = 4  # named in a diagnosis: with the places, it stays one small event 
 HOST_READ = "host-reads"
 CPU_FALLBACK = "cpu-fallback"
 INPUT_BOUND = "input-bound"
+HOST_BOUND = "host-bound"
 NO_EXECUTION = "no-execution"
 PER_SHAPE = "per-shape-compilation"
 
@@ -88,6 +93,12 @@ _INPUT_FIX = (
     "so batches load while the device computes; tokenize in the notebook beforehand (dataset.map), not in the "
     "loader or collate_fn; give the DataLoader num_workers=2-4 where its dataset is safe to fork"
 )
+_HOST_FIX = (
+    "give the device more work per step: a larger batch (per core; the host's work per step hardly grows with it); "
+    "tokenize in the notebook beforehand (dataset.map), not in the loop, the loader or collate_fn; wrap the loader in "
+    "MpDeviceLoader (torch_xla.distributed.parallel_loader.MpDeviceLoader(loader, device)), which moves batches to the "
+    "device in threads of its own, with num_workers=2-4 for the DataLoader where its dataset is safe to fork"
+)
 _NO_EXECUTION_FIX = (
     "cut the graph every step: iterate over MpDeviceLoader(loader, device) (it cuts the graph after each batch), "
     "or call torch_xla.sync() (xm.mark_step()) after optimizer step; end this run now with Kill or a second interrupt, "
@@ -110,6 +121,7 @@ class Reading:
     shapes: tuple[Shapes, ...] = ()  # the distinct batch shapes seen, in order
     read_places: tuple[tuple[Frame, int], ...] = ()  # the user's lines that read device values, by reads
     transfers: tuple[TransferSite, ...] = ()  # the user's calls that moved host tensors to the device, with their shapes
+    host: float | None = None  # seconds the training thread ran (or waited for a core) outside its waits for batches
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +165,7 @@ class Doctor:
                 self._host_reads(reading, reference, span),
                 self._fallbacks(reading, reference, span),
                 self._input(reading, reference, span),
+                self._host_bound(reading, reference, span),
             ]
         if reading.step < WARMUP_STEPS:
             self._in_warmup = reading
@@ -315,6 +328,19 @@ class Doctor:
             "the device sits idle meanwhile"
         )
         return Diagnosis(self.rank, INPUT_BOUND, "Input-bound", evidence, (), _INPUT_FIX, reading.step)
+
+    def _host_bound(self, reading: Reading, reference: Reading, span: Span) -> Diagnosis | None:
+        if reading.host is None or reference.host is None or span.seconds < NO_EXECUTION_SECONDS:
+            return None
+        busy = reading.host - reference.host
+        if busy / span.seconds < HOST_BUSY_FRACTION:
+            return None
+        evidence = (
+            f"the training thread was busy on the host {busy / span.seconds:.0%} of the time ({busy / span.steps:.3f} s of "
+            f"each {span.seconds / span.steps:.3f} s step, tracing the step's graph and running Python; {span.text}): it "
+            "hardly ever waits for the device, so the device waits for it"
+        )
+        return Diagnosis(self.rank, HOST_BOUND, "Host-bound", evidence, (), _HOST_FIX, reading.step)
 
 
 _SUSPECT_NAMES = {"made": "made on the device", "sliced": "sliced", "data-dependent": "data-dependent size"}

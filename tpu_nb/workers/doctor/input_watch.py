@@ -1,7 +1,10 @@
-"""How long the training thread waits for its next batch, and the shapes of the batches.
+"""How long each rank's training thread waits for its next batch (and the CPU it spends meanwhile), and the batches' shapes.
 
 Installed in each worker (a throwaway fork, so wrapping the data loaders'
-`__next__` touches no one else's state). Two clock readings per batch.
+`__next__` touches no one else's state). Four clock readings per batch: the
+wall clock and the thread's CPU clock, before and after. The CPU a thread
+spends loading its own batches (a DataLoader without workers) is input,
+not the host's work on the step (`probe` tells them apart).
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ _MOST_SHAPES = 16
 
 
 class InputWatch:
-    """Seconds the ranks' threads spent waiting in a data loader, and the batch shapes seen."""
+    """Seconds each rank's thread spent waiting in a data loader (and of those, on its CPU), and the batch shapes seen."""
 
     def __init__(self) -> None:
-        self.wait_seconds = 0.0
+        self._waits: dict[int, tuple[float, float]] = {}  # rank -> (seconds waited, CPU seconds spent meanwhile)
         self.shapes: dict[Shapes, None] = {}  # distinct batch shapes, in the order first seen
         self._lock = threading.Lock()
 
@@ -42,12 +45,14 @@ class InputWatch:
         watch = self
 
         def timed_next(*args: Any) -> Any:
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.thread_time()
             batch = next_batch(*args)
-            if getattr(thread_rank, "value", None) is not None:  # a rank's training thread, not a loader thread
-                waited = time.perf_counter() - started
+            rank = getattr(thread_rank, "value", None)
+            if rank is not None:  # a rank's training thread, not a loader thread
+                waited, spent = time.perf_counter() - started, time.thread_time() - cpu
                 with watch._lock:
-                    watch.wait_seconds += waited
+                    total, on_cpu = watch._waits.get(rank, (0.0, 0.0))
+                    watch._waits[rank] = (total + waited, on_cpu + spent)
             watch._saw(batch)
             return batch
 
@@ -61,10 +66,11 @@ class InputWatch:
                     del self.shapes[next(reversed(self.shapes))]  # keep the first, make room for the newest
                 self.shapes[shapes] = None
 
-    def seen(self) -> tuple[float, tuple[Shapes, ...]]:
-        """Seconds waited so far, and the distinct batch shapes (read from another thread)."""
+    def seen(self, rank: int) -> tuple[float, float, tuple[Shapes, ...]]:
+        """`rank`'s seconds waited so far and its CPU seconds meanwhile, and the distinct batch shapes (read from another thread)."""
         with self._lock:
-            return self.wait_seconds, tuple(self.shapes)
+            waited, on_cpu = self._waits.get(rank, (0.0, 0.0))
+            return waited, on_cpu, tuple(self.shapes)
 
 
 def shapes_of(batch: Any) -> Shapes:

@@ -1,8 +1,8 @@
 """The XLA doctor's glue in a worker: set up before XLA starts, read at each heartbeat.
 
 Everything here runs once per worker or on the heartbeat thread (about once
-a second): reading counters and a log file adds no graph execution and no
-host transfer to the training step.
+a second): reading counters, a log file and the training thread's CPU clock
+adds no graph execution and no host transfer to the training step.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tpu_nb.wire.events import CompileCause, Diagnosis
+from tpu_nb.wire.events import CompileCause, Diagnosis, TimeSpent
 from tpu_nb.workers.doctor.analysis_log import AnalysisLog
 from tpu_nb.workers.doctor.findings import Doctor, Reading
 from tpu_nb.workers.doctor.host_reads import HostReadWatch
@@ -59,19 +59,32 @@ def start_compile_cache(directory: str, rank: int) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Checkup:
-    """What the heartbeat sends: causes of recent compilations, diagnoses, memory and cache figures."""
+    """What the heartbeat sends: causes of recent compilations, diagnoses, memory and cache figures, and where the
+    doctor's rank's time went (`spent`, on that rank's heartbeat)."""
 
     causes: tuple[CompileCause, ...]
     diagnoses: tuple[Diagnosis, ...]
     memory: tuple[int, int] | None
     cache: tuple[int, int] | None
+    rank: int = 0
+    spent: TimeSpent | None = None
 
 
 class WorkerDoctor:
-    """One per worker process: watches its inputs and reads XLA's counters at each heartbeat."""
+    """One per worker process: watches its inputs and reads XLA's counters at each heartbeat.
+
+    Made in the thread of its rank (the process's first), whose scheduling it
+    reads (Linux's schedstat: the time the thread ran, and waited for a core
+    to run on): that time outside its waits for batches is the host's work
+    on the steps (tracing, Python); the rest of its time it waited for the
+    device. Where schedstat is missing, the thread's CPU clock stands in.
+    """
 
     def __init__(self, rank: int, device: Any, analysis: Path | None, cache_on: bool) -> None:
+        self._rank = rank
         self._doctor = Doctor(rank)
+        self._schedstat = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+        self._thread_clock: int | None = time.pthread_getcpuclockid(threading.get_ident())
         self._log = AnalysisLog(analysis) if analysis is not None else None
         self._device = device
         self._memory_readable = True
@@ -99,18 +112,21 @@ class WorkerDoctor:
     def _check(self, step: int, own_reads: int, final: bool) -> Checkup:
         import torch_xla.debug.metrics as met
 
-        examination = self._doctor.examine(self._read(step, own_reads), final)
+        reading = self._read(step, own_reads)
+        examination = self._doctor.examine(reading, final)
         cache = None
         if self._cache_on:
             cache = (met.counter_value("PersistentCacheHit") or 0, met.counter_value("PersistentCacheMiss") or 0)
-        return Checkup(examination.causes, examination.diagnoses, self._memory(), cache)
+        spent = None if reading.host is None else TimeSpent(reading.seconds, reading.step, reading.input_wait, reading.host)
+        return Checkup(examination.causes, examination.diagnoses, self._memory(), cache, self._rank, spent)
 
     def _read(self, step: int, own_reads: int) -> Reading:
         import torch_xla.debug.metrics as met
 
         names = met.counter_names()
         counts = {name: met.counter_value(name) or 0 for name in names if name.startswith("aten::")}
-        waited, shapes = self.inputs.seen()
+        waited, loading, shapes = self.inputs.seen(self._rank)
+        busy = self._thread_busy()
         return Reading(
             step=step,
             seconds=time.monotonic(),
@@ -123,7 +139,24 @@ class WorkerDoctor:
             shapes=shapes,
             read_places=self.reads.places(),
             transfers=self.transfers.sites(),
+            host=None if busy is None else max(busy - loading, 0.0),
         )
+
+    def _thread_busy(self) -> float | None:
+        """Seconds the rank's thread has run or waited for a core so far (else its CPU seconds); None once it has ended."""
+        try:
+            with open(self._schedstat, "rb") as stat:
+                ran, waited = stat.read().split()[:2]
+            return (int(ran) + int(waited)) / 1e9
+        except (OSError, ValueError):  # no schedstat (a kernel without it), or the thread has ended
+            pass
+        if self._thread_clock is None:
+            return None
+        try:
+            return time.clock_gettime(self._thread_clock)
+        except OSError:  # EINVAL: the thread has ended
+            self._thread_clock = None
+            return None
 
     def _memory(self) -> tuple[int, int] | None:
         """(bytes used, bytes limit) of this worker's device; None where the device does not say (XLA:CPU)."""

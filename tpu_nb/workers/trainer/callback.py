@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from transformers import TrainerCallback
 
 from tpu_nb.wire.checkpoints import RECORD
-from tpu_nb.wire.events import Progress
+from tpu_nb.wire.events import Counted, Progress
 from tpu_nb.workers import reporting
 from tpu_nb.workers.checkpoints.saving import Checkpointer
 
@@ -25,13 +25,13 @@ class TpuNbCallback(TrainerCallback):
         self.checkpoints = checkpoints
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        _note(state, args, "train", always=True)
+        _note(state, "train", always=True)
         checkpointer = _checkpointer()
         if checkpointer is not None and state.is_world_process_zero and kwargs.get("model") is not None:
             checkpointer.remember_start(kwargs["model"])
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        _note(state, args, "train")
+        _note(state, "train")
         reporter = reporting.current()
         if reporter is not None and reporter.should_stop(state.global_step):
             # Graceful stop: Trainer ends after this step and saves a
@@ -71,19 +71,19 @@ class TpuNbCallback(TrainerCallback):
         reporter.checkpointer.verify_trainer_checkpoint(path, kwargs["model"], state.global_step, reporter.history)
 
     def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        _note(state, args, "eval")
+        _note(state, "eval")
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        _note(state, args, "train")
+        _note(state, "train")
         _mark_long_phase(state, control)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         numbers = {name: float(value) for name, value in (logs or {}).items() if isinstance(value, (int, float))}
         phase = "eval" if any(name.startswith("eval_") for name in numbers) else "train"
-        _send(state, args, numbers, phase)
+        _send(state, numbers, phase)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        _note(state, args, "train", always=True)
+        _note(state, "train", always=True)
 
 
 def _mark_long_phase(state: Any, control: Any) -> None:
@@ -102,19 +102,25 @@ def _checkpointer() -> Checkpointer | None:
     return None if reporter is None else reporter.checkpointer
 
 
-def _note(state: Any, args: Any, phase: str, always: bool = False) -> None:
-    """Record the step for the heartbeat; send progress when it is due."""
+def _note(state: Any, phase: str, always: bool = False) -> None:
+    """Record the step for the heartbeat; send progress when it is due, a training step's with the tokens and samples
+    counted so far (`always`: the training's start or end, read now; else once the step has run)."""
     reporter = reporting.current()
     if reporter is None:
         return
     reporter.step(state.global_step, phase)
-    if always or reporter.due():
-        _send(state, args, {}, phase)
+    if not (always or reporter.due()) or not state.is_world_process_zero:
+        return
+    counted = Counted(time.monotonic(), None, None) if phase == "train" else None
+    progress = Progress(0, state.global_step, {}, state.max_steps, state.epoch, phase, counted)
+    if always:
+        reporter.send_now(progress, {})
+    else:
+        reporter.dispatch(progress, {})
 
 
-def _send(state: Any, args: Any, metrics: dict[str, float], phase: str) -> None:
+def _send(state: Any, metrics: dict[str, float], phase: str) -> None:
     reporter = reporting.current()
     if reporter is None or not state.is_world_process_zero:
         return
-    samples = args.per_device_train_batch_size * args.world_size if phase == "train" else None
-    reporter.send_progress(Progress(0, state.global_step, metrics, state.max_steps, state.epoch, phase, samples))
+    reporter.send_progress(Progress(0, state.global_step, metrics, state.max_steps, state.epoch, phase))

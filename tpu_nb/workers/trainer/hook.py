@@ -1,5 +1,6 @@
-"""Hugging Face `Trainer` inside a worker: live progress, XLA-safe defaults, FSDPv2 under --spmd, and under
---checkpoint its checkpoints where tpu_nb checks them while it keeps its `output_dir`, best checkpoint and keep count.
+"""Hugging Face `Trainer` inside a worker: live progress (its batches' tokens and samples counted for tokens/s and MFU),
+XLA-safe defaults, FSDPv2 under --spmd, and under --checkpoint its checkpoints where tpu_nb checks them while it keeps
+its `output_dir`, best checkpoint and keep count.
 
 Only ever applied in forked workers (`watch_for_trainer`), never in the
 kernel: the notebook's own transformers is left as it is.
@@ -20,6 +21,7 @@ from tpu_nb.workers import reporting
 from tpu_nb.workers.checkpoints import xla_seed
 from tpu_nb.workers.checkpoints.files import TRAINER_STATE, local_copy, remove_copy, trainer_directory
 from tpu_nb.workers.import_hooks import when_imported
+from tpu_nb.workers.trainer.batch_counts import ModelFlops, batch_counts, sequence_length
 from tpu_nb.workers.trainer.fsdp_v2 import mend_xla_fsdp, with_fsdp_v2
 from tpu_nb.workers.trainer.trl_defaults import mend_trl_trainer, watch_for_trl
 
@@ -64,11 +66,33 @@ def _patch(module: Any, spmd: bool, xla: bool) -> None:
 
     trainer_class.__init__ = __init__
     _checkpoints_where_asked(trainer_class)
+    _count_batches(trainer_class)
     if xla:
         _keep_the_seed_through_saves(trainer_class)
         mend_xla_fsdp(module)
         _mend_trl_at_train(trainer_class)
     trainer_class._tpu_nb_patched = True
+
+
+def _count_batches(trainer_class: Any) -> None:
+    """Rank 0 counts the tokens and samples of each batch it trains on (each micro-batch of a gradient accumulation),
+    and the model's FLOPs per token at the batch's length: its reports carry them (`reporting`)."""
+    original_training_step = trainer_class.training_step
+
+    def training_step(self: Any, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        reporter = reporting.current()
+        if reporter is not None and reporter.rank == 0:
+            main_input = getattr(self.model, "main_input_name", "input_ids")
+            reporter.counts.add(*batch_counts(inputs, main_input, getattr(self.processing_class, "pad_token_id", None)))
+            length = sequence_length(inputs, main_input)
+            if length is not None:
+                flops = getattr(self, "_tpu_nb_flops", None)
+                if flops is None:
+                    flops = self._tpu_nb_flops = ModelFlops(self.floating_point_ops, getattr(self.model, "config", None), main_input)
+                reporter.counts.flops_per_token = flops.per_token(length)
+        return original_training_step(self, model, inputs, *args, **kwargs)
+
+    trainer_class.training_step = training_step
 
 
 def _mend_trl_at_train(trainer_class: Any) -> None:
