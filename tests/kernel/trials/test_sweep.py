@@ -285,8 +285,9 @@ def test_a_trial_the_system_refuses_a_process_fails_alone_and_the_others_come_ba
 def test_a_trial_whose_end_cannot_be_read_fails_alone_and_the_others_come_back(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The first trial to end (n=1, no sleep) meets an I/O error reading its result's index; the others end later.
-    refused_in_the_kernel(monkeypatch, io, "open", errno.EIO, lambda args: Path(args[0]).name == "result-0.json", only=1)
+    # The first trial to end (n=1, no sleep) meets an I/O error reading its supervisor's report; the others end later.
+    # (One reading its result's index ends as a result that could not be loaded: tests/wire/test_results.py.)
+    refused_in_the_kernel(monkeypatch, io, "open", errno.EIO, lambda args: Path(args[0]).name == "supervisor.pkl", only=1)
     result = tpu_nb.launch(quick, trials=[{"n": 1}, {"n": 2, "sleep": 1.5}, {"n": 3, "sleep": 1.5}])
     assert result.values == [None, 2, 3]
     assert [outcome.status for outcome in result.trials] == ["failed", "done", "done"]
