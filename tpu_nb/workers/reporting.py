@@ -1,7 +1,9 @@
 """Progress from a worker's training loop to the kernel, at no cost per step.
 
 `report(...)` is called every step but does almost nothing most of the time:
-events go out at most every `REPORT_INTERVAL` seconds. A loss that is still
+events go out at most every `REPORT_INTERVAL` seconds, and a report held back
+goes anyway when it carries a metric the next one does not (an evaluation
+every few steps is never lost to the rate). A loss that is still
 a lazy XLA tensor is read in a step closure, after the step's graph has run,
 so reporting adds no graph execution and no compilation, only one small
 device-to-host copy per interval. On TorchTPU a loss on the chip is copied
@@ -263,7 +265,8 @@ def report(
 ) -> None:
     """Send a training step's progress to the notebook's live display.
 
-    Call it every step, after the optimizer step: it is rate-limited. It is
+    Call it every step, after the optimizer step: it is rate-limited (a metric reported only every few steps, such as an
+    evaluation's, is always sent). It is
     also where a hand-written loop stops gracefully: after an interrupt it
     raises `StopTraining` at the step every rank agreed on. `loss` and `metrics` may be
     Python numbers or XLA tensors (read after the step runs, never forcing
@@ -285,6 +288,12 @@ def report(
     samples = None if batch_size is None else batch_size * reporter.world_size
     progress = Progress(reporter.rank, step, {}, max_steps, epoch, "train", samples)
     checkpointer = reporter.checkpointer if reporter.rank == 0 and step is not None else None
+    held = reporter.unsent
+    if held is not None and not held[1].keys() <= values.keys():
+        # It carries a metric this one does not (an evaluation's, every few steps): sent now, not replaced and lost to the
+        # rate limit (a search's pruner compares trials at the steps they were evaluated).
+        reporter.unsent = None
+        _send(reporter, *held)
     if stopping:
         reporter.unsent = (progress, values) if reporter.rank == 0 else None
         reporter.flush()
@@ -301,6 +310,11 @@ def report(
         return
     reporter.unsent = None
     reporter.send_copied()
+    _send(reporter, progress, values)
+
+
+def _send(reporter: WorkerReporter, progress: Progress, values: dict[str, Any]) -> None:
+    """Send a report's values without waiting for the device."""
     if reporter.device_reads is not None and reporter.device_reads.wants(values):
         reporter.device_reads.start(progress, values)  # sent once copied: the chip is never waited for
     elif any(_is_lazy_tensor(value) for value in values.values()):
