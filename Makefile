@@ -26,7 +26,7 @@ $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet uv
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python $$($(PYTHON) scripts/compat_env.py sources) \
-		--upgrade pip -e '.[xla,test,models,browser,lora]'
+		--upgrade pip -e '.[xla,test,models,browser,lora,search]'
 	touch $(STAMP)
 
 demo: install

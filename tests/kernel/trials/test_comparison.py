@@ -61,3 +61,13 @@ def test_a_failed_fold_is_left_out_of_the_mean_and_counted() -> None:
 def test_without_a_metric_eval_loss_is_compared_when_reported_else_loss() -> None:
     assert default_metric(_rows("lr=1,2", [{"loss": 1.0}, {"loss": 2.0, "eval_loss": 3.0}])).name == "eval_loss"
     assert default_metric(_rows("lr=1,2", [{"loss": 1.0}, {"loss": 2.0}])) == MetricChoice("loss", larger_is_better=False)
+
+
+def test_a_pruned_trial_shows_its_last_value_but_is_ranked_after_the_others_and_never_best() -> None:
+    rows = _rows("lr=1,2,3", [{"loss": 0.1}, {"loss": 0.5}, {"loss": 0.3}], ["pruned", "done", "done"])
+    comparison = compare(rows, MetricChoice.parse("loss"))
+    assert [row.trial.number for row in comparison.rows] == [2, 1, 0]
+    assert comparison.best is not None and comparison.best.trial.number == 2
+    assert "pruned      loss=0.1" in comparison.text()
+    only_pruned = compare(rows[:1], MetricChoice.parse("loss"))
+    assert only_pruned.best is None
