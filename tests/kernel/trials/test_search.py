@@ -16,9 +16,13 @@ from optuna.trial import TrialState
 from support.processes import descendants, interrupt_when, wait_until
 
 import tpu_nb
+from tpu_nb.kernel.endings.run_ending import PRUNER, Ending
 from tpu_nb.kernel.history.log import log_directory, read_log
 from tpu_nb.kernel.trials.comparison import MetricChoice
-from tpu_nb.kernel.trials.search import RERUNS, STOPPED, VALUES, resume_search
+from tpu_nb.kernel.trials.search import RERUNS, STOPPED, VALUES, Search, resume_search
+from tpu_nb.kernel.trials.spec import Trial
+from tpu_nb.kernel.trials.sweep import StopAsked, TrialNotMade, TrialOutcome
+from tpu_nb.wire.events import Progress
 
 LOSS = MetricChoice("loss", larger_is_better=False)
 
@@ -193,3 +197,49 @@ def test_a_resume_runs_again_what_a_dead_kernel_left_running_and_counts_only_fin
     assert (again.to_run, again.again) == (4, ())  # already queued: not twice
     queued = [study.ask(), study.ask()]
     assert [(space_of_n(trial), trial.user_attrs[RERUNS]) for trial in queued] == [({"n": 1}, 1), ({"n": 2}, 2)]  # asked first
+
+
+def test_each_ending_is_told_to_the_study_as_its_state_and_none_is_left_running() -> None:
+    study = study_of(*({"n": n} for n in range(6)), pruner=optuna.pruners.ThresholdPruner(upper=1.0), study_name="told")
+    search = Search(study, space_of_n, 6, LOSS, lambda stream, text: None)
+    trials = [search.take() for _ in range(6)]
+    assert search.take() is None and all(trial is not None for trial in trials)
+    done, pruned, pruned_then_ended_hard, stopped, failed, _never_told = trials  # type: ignore[misc]
+    for trial, loss in ((done, 0.5), (pruned, 2.0), (pruned_then_ended_hard, 3.0)):
+        search.on_event(trial, Progress(0, 3, {"loss": loss}))
+    assert search.stop_for(done) is None
+    assert search.stop_for(pruned) == StopAsked(PRUNER, "pruned at step 3 (loss=2)")
+
+    def ending(trial: Trial, status: str, text: str | None = None, **final: float) -> TrialOutcome:
+        return TrialOutcome(trial, status, "cpu 0", Ending(status, text, None), ({"step": 3, **final},), 1.0)  # type: ignore[arg-type]
+
+    search.ended(ending(done, "done", loss=0.5))
+    search.ended(ending(pruned, "pruned", "stopped by its pruner at step 4", loss=2.0))
+    search.ended(ending(pruned_then_ended_hard, "interrupted", "interrupted after 9.0s at step 5"))  # no boundary in the stop's wait
+    search.ended(ending(stopped, "stopped", "stopped by user at step 7"))
+    search.ended(ending(failed, "failed", "rank 0 raised ValueError: planted"))
+    search.close()
+    states = [(trial.state, trial.value, trial.user_attrs.get(STOPPED)) for trial in study.trials]
+    assert states == [
+        (TrialState.COMPLETE, 0.5, None),
+        (TrialState.PRUNED, 2.0, None),
+        (TrialState.PRUNED, 3.0, None),
+        (TrialState.FAIL, None, "stopped by user at step 7"),  # unfinished: --resume runs it again
+        (TrialState.FAIL, None, None),
+        (TrialState.FAIL, None, "the search ended before it did"),
+    ]
+    assert [trial.user_attrs[VALUES] for trial in study.trials] == [{"n": n} for n in range(6)]
+
+
+def test_a_space_that_raises_fails_its_trial_and_the_study_is_told() -> None:
+    study = study_of(study_name="broken")
+    written: list[str] = []
+    search = Search(study, lambda trial: {"lr": trial.params["lr"]}, 2, LOSS, lambda stream, text: written.append(text))
+    with pytest.raises(TrialNotMade) as made:
+        search.take()
+    assert isinstance(made.value.error, KeyError) and made.value.outcome.status == "failed"
+    assert written == ["tpu_nb: trial #0 failed: its space raised KeyError: 'lr'\n"]
+    listed = Search(study, lambda trial: [1e-4], 1, LOSS, lambda stream, text: written.append(text))
+    with pytest.raises(TrialNotMade, match="the space returned a list; return a dict of the trial's values"):
+        listed.take()
+    assert [trial.state for trial in study.trials] == [TrialState.FAIL, TrialState.FAIL]

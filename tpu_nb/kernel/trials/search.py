@@ -174,6 +174,8 @@ class Search(TrialWatch):
     def ended(self, outcome: TrialOutcome) -> None:
         """Tell the study how the trial ended: complete with its last value of the metric, pruned, or failed."""
         asked = self._asked.pop(outcome.trial.number, None)
+        pruned = self._pruned.pop(outcome.trial.number, None) is not None
+        self._reported.pop(outcome.trial.number, None)
         if asked is None:
             return  # not one this search asked (an earlier one shown on a resume)
         if outcome.status == "done":
@@ -187,7 +189,7 @@ class Search(TrialWatch):
                 "the study as failed.\n",
             )
             self._tell(asked, state=TrialState.FAIL)
-        elif outcome.status == "pruned":
+        elif outcome.status == "pruned" or (pruned and outcome.status in UNFINISHED):  # pruned, ended hard past the stop's wait
             self._tell(asked, state=TrialState.PRUNED)
         elif outcome.status in UNFINISHED:
             self._tell(asked, state=TrialState.FAIL, stopped=(outcome.ending.text if outcome.ending else None) or outcome.status)
