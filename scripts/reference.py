@@ -75,6 +75,7 @@ def python_page() -> str:
         ("tpu_nb.in_worker", tpu_nb.in_worker),
         ("tpu_nb.picker", tpu_nb.picker),
         ("tpu_nb.runtime_panel", tpu_nb.runtime_panel),
+        ("tpu_nb.study", tpu_nb.study),
         ("tpu_nb.pod.launch", tpu_nb.pod.launch),
         ("tpu_nb.pod.results", tpu_nb.pod.results),
         ("tpu_nb.checkpoint.track", tpu_nb.checkpoint.track),

@@ -3,10 +3,10 @@
 `%load_ext tpu_nb` registers the magics: `%tpu_info`, `%%tpu_train`,
 `%%tpu_prepare`, `%tpu_checkpoints`, `%tpu_release` and `%tpu_picker`. From
 Python: `tpu_nb.launch`, `tpu_nb.report`, `tpu_nb.pod.launch`,
-`tpu_nb.checkpoint`, `tpu_nb.spmd`, `tpu_nb.picker`. Importing this package
-is cheap on purpose: every forked TPU worker imports it too, so IPython,
-ipywidgets, torch and torch_xla are only imported where used (the options'
-declaration, read here for `launch`'s signature, is plain Python).
+`tpu_nb.checkpoint`, `tpu_nb.spmd`, `tpu_nb.picker`, `tpu_nb.study`. Importing
+this package is cheap on purpose: every forked TPU worker imports it too, so
+IPython, ipywidgets, torch, torch_xla and Optuna are only imported where used
+(the options' declaration, read here for `launch`'s signature, is plain Python).
 """
 
 from __future__ import annotations
@@ -96,6 +96,7 @@ _LAZY = {
     "WorkerDied": "tpu_nb.kernel.endings.notebook_errors",
     "TrainingInterrupted": "tpu_nb.kernel.endings.notebook_errors",
     "TrainingTimedOut": "tpu_nb.kernel.endings.notebook_errors",
+    "study": "tpu_nb.kernel.trials.studies",
 }
 
 

@@ -143,6 +143,8 @@ def test_a_value_that_cannot_come_back_is_shown_as_text(ip: InteractiveShell) ->
         ("--trials 'lr=1 lr=2'", "lr is given twice"),
         ("--trials folds=3 --trials-metric acc:best", "--trials-metric 'acc:best'"),
         ("--trials missing_grid", "'missing_grid' is not NAME=VALUE"),
+        ("--n-trials 8 --space space", "--n-trials, --space: for a sweep; add --trials SPEC (e.g. --trials folds=5, or --trials STUDY"),
+        ("--trials 'lr=1,2' --n-trials 8", "--n-trials and --space are for a search: --trials 'lr=1,2' is not an optuna.Study"),
     ],
 )
 def test_bad_options_are_usage_errors_that_start_nothing(ip: InteractiveShell, line: str, message: str) -> None:

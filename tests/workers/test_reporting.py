@@ -115,3 +115,25 @@ def test_compiled_steps_no_heartbeat_carried_go_when_the_rank_leaves(monkeypatch
     reporter.leave(0)
     [heartbeat] = [event for event in writer.sent if isinstance(event, Heartbeat)]
     assert (heartbeat.rank, heartbeat.step, heartbeat.compiled_steps) == (0, 3, ((2, 3),))
+
+
+def test_a_metric_reported_between_sends_is_not_dropped_by_the_rate_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop reports its loss every step and an evaluation every few: the evaluation's values all reach the kernel (a
+    search's pruner compares trials at the steps they were evaluated), while the loss keeps its rate."""
+    monkeypatch.setattr(reporting, "HEARTBEAT_INTERVAL", 3600)
+    writer = RecordingWriter()
+    reporter = WorkerReporter(writer, StopRequest(1))
+    reporter.read_compiles = no_compilations
+    reporter.enter(0, 1)
+    reporting.install(reporter)
+    try:
+        for step in range(40):  # far faster than REPORT_INTERVAL: one send for the loss, the rest held or replaced
+            evaluation = {"eval_loss": 1.0 / (step + 1)} if step % 10 == 5 else {}
+            reporting.report(step=step, loss=float(step), **evaluation)
+    finally:
+        reporting.install(None)
+    sent = [event for event in writer.sent if isinstance(event, Progress)]
+    assert [(event.step, event.metrics["eval_loss"]) for event in sent if "eval_loss" in event.metrics] == [
+        (step, 1.0 / (step + 1)) for step in (5, 15, 25, 35)
+    ]
+    assert len(sent) <= 6  # the first loss and the four evaluations (and at most one more): not a send per step

@@ -40,13 +40,13 @@ def launch_observed(
     if sweep["trials"] is not None:  # before the run's options: a sweep's checkpoints are planned per trial
         if background or options.get("all_results"):
             raise refused("trials= runs in the foreground and returns a SweepResult: leave out background and all_results.")
-        plan = plan_sweep(sweep["trials"], sweep["cores_per_trial"], sweep["trials_metric"])
+        plan = plan_sweep(sweep["trials"], sweep["cores_per_trial"], sweep["trials_metric"], None, sweep["n_trials"], sweep["space"])
         result, _ = run_sweep(
             plan, lambda trial: FunctionProgram(fn, args, {"trial": dict(trial.values)}), given("launch", "run", options), title, write
         )
         return result
-    if sweep["cores_per_trial"] != 1 or sweep["trials_metric"] is not None:
-        raise refused("cores_per_trial and trials_metric are for a sweep: give trials= too, or leave them out.")
+    if sweep["cores_per_trial"] != 1 or any(sweep[name] is not None for name in ("trials_metric", "n_trials", "space")):
+        raise refused("cores_per_trial, trials_metric, n_trials and space are for a sweep: give trials= too, or leave them out.")
     run_options = LaunchOptions.from_user(**given("launch", "run", options))
     program = FunctionProgram(fn, args)
 

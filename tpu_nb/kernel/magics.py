@@ -259,7 +259,10 @@ class TpuMagics(Magics):
             return self._sweep(args, line, cell)
         sweep_options = _sweep_options_given(args)
         if sweep_options:
-            raise UsageError(f"{', '.join(sweep_options)}: for a sweep; add --trials SPEC (e.g. --trials folds=5), or leave them out.")
+            raise UsageError(
+                f"{', '.join(sweep_options)}: for a sweep; add --trials SPEC (e.g. --trials folds=5, or --trials STUDY for a search), "
+                "or leave them out."
+            )
         options = LaunchOptions.from_user(**given("cell", "run", vars(args)))
         if options.checkpoints is not None:
             self.last_checkpoints = options.checkpoints.directory
@@ -305,7 +308,7 @@ class TpuMagics(Magics):
         for flag, given_value in (("--pod", args.pod), ("--background", args.background)):
             if given_value:
                 raise UsageError(f"--trials with {flag}: a sweep runs in the foreground on this machine; leave {flag} out.")
-        plan = plan_sweep(args.trials, args.cores_per_trial, args.trials_metric, self._shell.user_ns)
+        plan = plan_sweep(args.trials, args.cores_per_trial, args.trials_metric, self._shell.user_ns, args.n_trials, args.space)
         program = self._compile(line, cell, tuple(dict.fromkeys([*args.returns, *args.return_best])))
         result, held = run_sweep(
             plan,
@@ -365,7 +368,7 @@ def _sweep_options_given(args: Any) -> list[str]:
     ]
 
 
-SWEEP_ONLY = frozenset({"cores_per_trial", "trials_metric", "return_best"})
+SWEEP_ONLY = frozenset({"cores_per_trial", "trials_metric", "return_best", "n_trials", "space"})
 
 
 def _parsed_default(option: Option) -> Any:

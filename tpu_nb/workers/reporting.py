@@ -1,7 +1,9 @@
 """Progress from a worker's training loop to the kernel, at no cost per step.
 
 `report(...)` is called every step but does almost nothing most of the time:
-events go out at most every `REPORT_INTERVAL` seconds. A loss that is still
+events go out at most every `REPORT_INTERVAL` seconds, and a report held back
+goes anyway when it carries a metric the next one does not (an evaluation
+every few steps is never lost to the rate). A loss that is still
 a lazy XLA tensor is read in a step closure, after the step's graph has run,
 so reporting adds no graph execution and no compilation, only one small
 device-to-host copy per interval. On TorchTPU a loss on the chip is copied
@@ -300,7 +302,8 @@ def report(
 ) -> None:
     """Send a training step's progress to the notebook's live display.
 
-    Call it every step, after the optimizer step: it is rate-limited. It is
+    Call it every step, after the optimizer step: it is rate-limited (a metric reported only every few steps, such as an
+    evaluation's, is always sent). It is
     also where a hand-written loop stops gracefully: after an interrupt it
     raises `StopTraining` at the step every rank agreed on. `loss` and `metrics` may be
     Python numbers or XLA tensors (read after the step runs, never forcing
@@ -328,6 +331,12 @@ def report(
         counted = Counted(time.monotonic(), None, None)  # this step's end: the counts are filled in when sent
     progress = Progress(reporter.rank, step, {}, max_steps, epoch, "train", counted)
     checkpointer = reporter.checkpointer if reporter.rank == 0 and step is not None else None
+    held = reporter.unsent
+    if held is not None and not held[1].keys() <= values.keys():
+        # It carries a metric this one does not (an evaluation's, every few steps): sent now, not replaced and lost to the
+        # rate limit (a search's pruner compares trials at the steps they were evaluated).
+        reporter.unsent = None
+        reporter.dispatch(*held)
     if stopping:
         reporter.unsent = (progress, values) if reporter.rank == 0 else None
         reporter.flush()

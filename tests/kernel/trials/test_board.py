@@ -15,7 +15,7 @@ from tpu_nb.wire.events import Counted, Progress, WorkerStarted
 def test_rows_follow_each_trial_and_the_end_adds_curves_and_the_comparison(capsys: pytest.CaptureFixture[str]) -> None:
     trials = parse_trials("folds=3")
     worlds = [World(index, (index,), 1, {}, False) for index in range(2)]
-    board = SweepBoard(trials, worlds, "eval_accuracy", "%%tpu_train --trials")
+    board = SweepBoard(trials, worlds, MetricChoice.parse("eval_accuracy"), "%%tpu_train --trials")
     board.started(trials[0], worlds[0])
     board.started(trials[1], worlds[1])
     for step in range(4):  # 100 tokens in each second-long step
@@ -37,3 +37,22 @@ def test_rows_follow_each_trial_and_the_end_adds_curves_and_the_comparison(capsy
     rows = [TrialRow(outcome.trial, "done", "cpu 0", outcome.final, 4.0), TrialRow(trials[1], "failed", "cpu 1", {}, 2.0)]
     board.finish(compare(rows, MetricChoice.parse("eval_accuracy")))
     assert "trials by eval_accuracy (higher is better)" in board.text() and "mean ± spread" in board.html()
+
+
+def test_a_searchs_rows_come_as_trials_start_a_pruned_one_says_its_step_and_the_best_so_far_is_shown() -> None:
+    trials = parse_trials("x=0.8,0.1,0.2")  # a search's trials, as the study gives them
+    worlds = [World(index, (index,), 1, {}, False) for index in range(2)]
+    board = SweepBoard((), worlds, MetricChoice.parse("eval_loss"), "%%tpu_train --trials", shown=False, planned=8)
+    assert board.text() == "%%tpu_train --trials: 8 trials, 2 at a time"
+    board.started(trials[0], worlds[0])
+    board.on_event(trials[0], Progress(0, 10, {"loss": 0.8, "eval_loss": 0.9}))
+    board.ended(TrialOutcome(trials[0], "pruned", "cpu 0", None, ({"step": 10, "eval_loss": 0.9},), 1.0))
+    assert board.best_so_far() is None  # a pruned trial is never the best
+    for trial, value in ((trials[1], 0.3), (trials[2], 0.2)):
+        board.started(trial, worlds[0])
+        board.on_event(trial, Progress(0, 40, {"loss": value, "eval_loss": value}))
+        board.ended(TrialOutcome(trial, "done", "cpu 0", None, ({"step": 40, "eval_loss": value},), 2.0))
+    lines = board.text().splitlines()
+    assert lines[1] == "  #0 x=0.8: pruned at step 10 on cpu 0 loss=0.8 eval_loss=0.9"
+    assert lines[-1] == "best so far: #2 (x=0.2) eval_loss=0.2"
+    assert "pruned at step 10" in board.html() and "best so far: #2 (x=0.2)" in board.html()

@@ -72,3 +72,13 @@ def test_each_trial_says_its_speed_where_it_counted_tokens() -> None:
     lines = compare(rows, MetricChoice.parse("loss")).text().splitlines()
     assert lines[1].endswith("loss=0.4 on chip 1")
     assert lines[2].endswith("loss=0.5 on chip 0 12,346 tokens/s MFU 41.2%")
+
+
+def test_a_pruned_trial_shows_its_last_value_but_is_ranked_after_the_others_and_never_best() -> None:
+    rows = _rows("lr=1,2,3", [{"loss": 0.1}, {"loss": 0.5}, {"loss": 0.3}], ["pruned", "done", "done"])
+    comparison = compare(rows, MetricChoice.parse("loss"))
+    assert [row.trial.number for row in comparison.rows] == [2, 1, 0]
+    assert comparison.best is not None and comparison.best.trial.number == 2
+    assert "pruned      loss=0.1" in comparison.text()
+    only_pruned = compare(rows[:1], MetricChoice.parse("loss"))
+    assert only_pruned.best is None

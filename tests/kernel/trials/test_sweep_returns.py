@@ -75,3 +75,14 @@ def test_a_trial_done_in_an_earlier_session_counts_for_the_metric_but_is_never_t
     held = HeldReturns(every=(), best=("model",), metric=None, earlier=earlier)
     assert ended(held, trials[1], loss=0.5)[0] == set()  # eval_loss compares (the earlier trial reported it); #1 has none
     assert held.best_back() is None
+
+
+def test_a_pruned_trial_loads_none_of_the_best_s_values_and_the_best_so_far_keeps_its_own() -> None:
+    trials = parse_trials("n=0,1")
+    held = HeldReturns(every=(), best=("model",), metric=LOSS, earlier=())
+    assert ended(held, trials[0], loss=1.0)[0] == {"model"}
+    assert set(held.to_load(trials[1], {"loss": 0.2}, "pruned")) == set()  # lower, but stopped early by its pruner
+    pruned = Ending("pruned", "stopped by its pruner at step 1", None, {0: RankResult(1, True, {})})
+    held.take(TrialOutcome(trials[1], "pruned", "cpu 1", pruned, ({"step": 1, "loss": 0.2},), 1.0))
+    back = held.best_back()
+    assert back is not None and back.trial.number == 0 and back.result is not None

@@ -23,6 +23,8 @@ from tpu_nb.wire.results import RankResult, ResultNotLoaded, load_result
 from tpu_nb.wire.supervisor_report import SupervisorReport, load_report
 from tpu_nb.wire.worker_exceptions import ExceptionReport, load_exceptions
 
+PRUNER = "its pruner"
+"""Who stopped a search's trial at a step boundary when its study's pruner said so (`Succeeded.stopped_by`)."""
 _OUT_OF_MEMORY_HINT = " The host most likely ran out of memory: use a smaller per-core batch or model, or fewer cores."
 
 
@@ -31,7 +33,7 @@ class Succeeded:
     results: Mapping[int, RankResult]  # by rank
     seconds: float
     stopped_at_step: int | None = None  # set when it was stopped gracefully
-    stopped_by: str = "user"  # or "its deadline"
+    stopped_by: str = "user"  # or "its deadline", or PRUNER
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +82,8 @@ def ending_of(outcome: Outcome) -> Ending:
     """The one place an outcome becomes words and an exception."""
     if isinstance(outcome, Succeeded):
         if outcome.stopped_at_step is not None:
-            return Ending("stopped", f"stopped by {outcome.stopped_by} at step {outcome.stopped_at_step}", None, outcome.results)
+            status: RunStatus = "pruned" if outcome.stopped_by == PRUNER else "stopped"
+            return Ending(status, f"stopped by {outcome.stopped_by} at step {outcome.stopped_at_step}", None, outcome.results)
         return Ending("done", None, None, outcome.results)
     if isinstance(outcome, Raised):
         report = outcome.report

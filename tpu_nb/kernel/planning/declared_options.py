@@ -214,7 +214,8 @@ OPTIONS: tuple[Option, ...] = (
         "resume",
         str,
         None,
-        "Continue from the newest verified checkpoint in DIR; with no directory (True in Python), from {checkpoint}'s.",
+        "Continue from the newest verified checkpoint in DIR; with no directory (True in Python), from {checkpoint}'s. "
+        "A search continues its study: finished trials are not run again.",
         surfaces=ON_THIS_MACHINE,
         metavar="DIR",
         optional_value=True,
@@ -266,11 +267,33 @@ OPTIONS: tuple[Option, ...] = (
         str,
         None,
         "Run independent trials side by side, each on its own chip (a world of its own) and more queued until one frees: "
-        "folds=5 (k-fold), a grid such as 'lr=1e-5,3e-5 seed=0,1', or a list of dicts (in the magic, the name of one). "
+        "folds=5 (k-fold), a grid such as 'lr=1e-5,3e-5 seed=0,1', or a list of dicts (in the magic, the name of one); "
+        "or an optuna.Study (in the magic, its name) with {n_trials} and {space}: a search, each next trial asked of the "
+        "study as a chip frees and stopped at a step boundary when its pruner says. "
         "The code gets `trial` (the dict; k-fold adds fold and folds); the result compares the trials.",
         part="sweep",
         surfaces=ON_THIS_MACHINE,
         metavar="SPEC",
+    ),
+    Option(
+        "n_trials",
+        int,
+        None,
+        "With {trials} a study: how many trials the search runs (with {resume}, how many the study holds in all: the "
+        "trials it finished count, its unfinished ones run again first).",
+        part="sweep",
+        surfaces=ON_THIS_MACHINE,
+        metavar="N",
+    ),
+    Option(
+        "space",
+        str,
+        None,
+        "With {trials} a study: a function of an optuna.Trial that returns the trial's values (in the magic, its name), "
+        "e.g. def space(t): return {{'lr': t.suggest_float('lr', 1e-5, 1e-3, log=True)}}.",
+        part="sweep",
+        surfaces=ON_THIS_MACHINE,
+        metavar="NAME",
     ),
     Option(
         "cores_per_trial",
@@ -286,7 +309,8 @@ OPTIONS: tuple[Option, ...] = (
         str,
         None,
         "With {trials}: the reported metric that ranks them, e.g. eval_accuracy (higher is better) or eval_loss (a loss or "
-        "error: lower); NAME:max or NAME:min to say which. Default: eval_loss if reported, else loss.",
+        "error: lower); NAME:max or NAME:min to say which. Default: eval_loss if reported, else loss; a search's study is "
+        "told this metric's values (default loss), as they are reported and at the end.",
         part="sweep",
         surfaces=ON_THIS_MACHINE,
         metavar="NAME",

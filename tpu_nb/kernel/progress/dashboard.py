@@ -58,7 +58,14 @@ DETAILS_REFRESH_SECONDS = 10.0
 """Collapsible parts (all logged rows; workers and XLA) are redrawn this seldom, unless their state changes."""
 LIVE_TABLE_ROWS = 8
 LIVE_HISTORY_ROWS = 500
-_BAR_STYLES = {"done": "success", "failed": "danger", "interrupted": "warning", "timeout": "warning", "stopped": "warning"}
+_BAR_STYLES = {
+    "done": "success",
+    "failed": "danger",
+    "interrupted": "warning",
+    "timeout": "warning",
+    "stopped": "warning",
+    "pruned": "warning",
+}
 
 
 class Dashboard:

@@ -26,6 +26,7 @@ PHASE_COLOURS: dict[str, str] = {
     "interrupted": "#8d5300",
     "timeout": "#8d5300",
     "stopped": "#8d5300",
+    "pruned": "#8d5300",
 }
 OTHER_PHASE_COLOUR = "#546e7a"  # a worker phase without a colour of its own
 SPEED_COLOUR = "#1565c0"

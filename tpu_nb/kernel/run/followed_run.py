@@ -84,6 +84,11 @@ class FollowedRun(ABC):
         return self._stopped_by == "its deadline"
 
     @property
+    def stopped_at_a_step_by(self) -> str | None:
+        """Who stopped the run at a step boundary ("user", "its deadline", `PRUNER`), once its stop reached one; else None."""
+        return self._stopped_by if self.stopping and self._stop_reached() else None
+
+    @property
     def stopping(self) -> bool:
         """A graceful stop was asked for."""
         return self._stop_requested_at is not None
@@ -134,8 +139,7 @@ class FollowedRun(ABC):
             self._end_now("timeout")
         elif self._deadline_passed():
             # Early enough for the last checkpoint: a graceful stop, as on an interrupt.
-            self._stopped_by = "its deadline"
-            self.request_stop()
+            self.request_stop("its deadline")
             saving = ", with a checkpoint" if self.options.checkpoints is not None else ""
             self._write("stderr", f"tpu_nb: stopping now{saving}: {self._deadline_text()}.\n")
         elif self._stop_requested_at is not None and not self._stop_reached() and now > self.stop_wait().until:
@@ -157,10 +161,12 @@ class FollowedRun(ABC):
         self._stop_announced, self._busy_announced = True, phase
         self._deliver(Notice(0, self.stopping_note))
 
-    def request_stop(self) -> bool:
-        """Graceful stop (any thread); False if one was already asked for."""
+    def request_stop(self, by: str = "user") -> bool:
+        """Graceful stop (any thread), asked `by` the user, the run's deadline or a search's pruner (`PRUNER`); False if one
+        was already asked for."""
         if self.stopping:
             return False
+        self._stopped_by = by
         self._stop_requested_at = time.monotonic()
         self._ask_to_stop()
         return True

@@ -1,4 +1,9 @@
-"""A sweep's dashboard: a row per trial (status, chips, step, tokens/s, loss, the compared metric) and a curve per trial.
+"""A sweep's dashboard: a row per trial (status, chips, step, tokens/s, loss, the compared metric), the best so far, a
+curve per trial.
+
+A search's trials get their rows as they start (the study chooses them as
+chips free); a pruned trial's row says the step it was stopped at, and its
+curve ends there.
 
 In a notebook kernel it is one output, redrawn in place about once a second
 (an IPython display id: no widget, so Colab, Kaggle, JupyterLab and a saved
@@ -21,7 +26,7 @@ from tpu_nb.kernel.progress.chart import Curve, overlay_chart
 from tpu_nb.kernel.progress.html_parts import phase_colour, pill
 from tpu_nb.kernel.progress.text import format_count_rate, format_value
 from tpu_nb.kernel.progress.throughput import ThroughputMeter
-from tpu_nb.kernel.trials.comparison import Comparison
+from tpu_nb.kernel.trials.comparison import Comparison, MetricChoice, TrialRow, compare, default_metric
 from tpu_nb.kernel.trials.spec import Trial
 from tpu_nb.kernel.trials.sweep import TrialOutcome, TrialWatch
 from tpu_nb.wire.events import Event, Progress
@@ -69,12 +74,15 @@ class SweepBoard(TrialWatch):
         self,
         trials: Sequence[Trial],
         worlds: Sequence[World],
-        metric: str | None,
+        metric: MetricChoice | None,
         title: str,
         write: Write = write_to_sys,
         shown: bool = True,
+        planned: int | None = None,
     ):
         self._rows = {trial.number: _Row(trial) for trial in trials}
+        self._planned = len(self._rows) if planned is None else planned  # a search's trials are known as they start
+        self._ended: dict[int, TrialRow] = {}
         self._worlds = len(worlds)
         self._metric = metric
         self._title = title
@@ -90,18 +98,19 @@ class SweepBoard(TrialWatch):
             self._handle = display(self._bundle(), raw=True, display_id=True)
 
     def started(self, trial: Trial, world: World) -> None:
-        row = self._rows[trial.number]
+        row = self._row(trial)
         row.status, row.where = "training", world.label
         self._changed = True
 
     def on_event(self, trial: Trial, event: Event) -> None:
         if isinstance(event, Progress):
-            self._rows[trial.number].take(event)
+            self._row(trial).take(event)
             self._changed = True
 
     def ended(self, outcome: TrialOutcome) -> None:
-        row = self._rows[outcome.trial.number]
+        row = self._row(outcome.trial)
         row.status = outcome.status
+        self._ended[outcome.trial.number] = TrialRow(outcome.trial, outcome.status, outcome.where, outcome.final, outcome.seconds)
         self._changed = True
         if self._handle is None and self._shown:
             where = f" on {outcome.where}" if outcome.where else ""
@@ -119,9 +128,21 @@ class SweepBoard(TrialWatch):
     def finish(self, comparison: Comparison) -> None:
         """The final rows, curves and the comparison."""
         self._comparison = comparison
-        self._metric = comparison.metric.name
+        self._metric = comparison.metric
         if self._handle is not None:
             self._draw()
+
+    def _row(self, trial: Trial) -> _Row:
+        return self._rows.setdefault(trial.number, _Row(trial))
+
+    def best_so_far(self) -> str | None:
+        """The best of the trials that ended, by the compared metric: "#5 (lr=0.01) loss=0.12" (None: none reported it yet)."""
+        rows = list(self._ended.values())
+        metric = self._metric or default_metric(rows)
+        best = compare(rows, metric).best
+        if best is None:
+            return None
+        return f"#{best.trial.number} ({best.trial.label}) {metric.name}={format_value(best.final[metric.name])}"
 
     def _draw(self) -> None:
         self._handle.update(self._bundle(), raw=True)
@@ -131,15 +152,20 @@ class SweepBoard(TrialWatch):
         return {"text/plain": self.text(), "text/html": self.html()}
 
     def text(self) -> str:
-        lines = [f"{self._title}: {len(self._rows)} trials, {self._worlds} at a time"]
+        lines = [f"{self._title}: {self._planned} trials, {self._worlds} at a time"]
         for row in self._rows.values():
-            step = "" if row.step is None else f" step {row.step}" + (f"/{row.max_steps}" if row.max_steps else "")
+            step = (
+                "" if row.step is None or row.status == "pruned" else f" step {row.step}" + (f"/{row.max_steps}" if row.max_steps else "")
+            )
             metrics = " ".join(f"{name}={format_value(row.last[name])}" for name in self._shown_metrics() if name in row.last)
             where = f" on {row.where}" if row.where else ""
             speed = f" {row.tokens_per_second} tokens/s" if row.tokens_per_second else ""
-            lines.append(f"  #{row.trial.number} {row.trial.label}: {row.status}{where}{step}{speed} {metrics}".rstrip())
+            lines.append(f"  #{row.trial.number} {row.trial.label}: {_status(row)}{where}{step}{speed} {metrics}".rstrip())
+        best = self.best_so_far()
         if self._comparison is not None:
             lines.append(self._comparison.text())
+        elif best is not None:
+            lines.append(f"best so far: {best}")
         return "\n".join(lines)
 
     def html(self) -> str:
@@ -155,7 +181,7 @@ class SweepBoard(TrialWatch):
             cells = [
                 str(row.trial.number),
                 html.escape(row.trial.label),
-                pill(row.status, phase_colour(row.status)),
+                pill(_status(row), phase_colour(row.status)),
                 row.where or "",
                 step,
                 row.tokens_per_second,
@@ -163,9 +189,12 @@ class SweepBoard(TrialWatch):
             ]
             body.append("<tr>" + "".join(f"<td style='padding:2px 10px'>{cell}</td>" for cell in cells) + "</tr>")
         parts = [
-            f"<div class='tpu-nb-sweep'><b>{html.escape(self._title)}</b>: {len(self._rows)} trials, {self._worlds} at a time",
+            f"<div class='tpu-nb-sweep'><b>{html.escape(self._title)}</b>: {self._planned} trials, {self._worlds} at a time",
             f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>",
         ]
+        best = self.best_so_far()
+        if best is not None and self._comparison is None:
+            parts.append(f"<p>best so far: {html.escape(best)}</p>")
         chart = self._chart()
         if chart is not None:
             parts.append(f"<img alt='a curve per trial' src='data:image/png;base64,{base64.b64encode(chart).decode()}'>")
@@ -175,8 +204,8 @@ class SweepBoard(TrialWatch):
 
     def _shown_metrics(self) -> list[str]:
         names = [LOSS]
-        if self._metric is not None and self._metric != LOSS:
-            names.append(self._metric)
+        if self._metric is not None and self._metric.name != LOSS:
+            names.append(self._metric.name)
         return names
 
     def _chart(self) -> bytes | None:
@@ -184,6 +213,11 @@ class SweepBoard(TrialWatch):
         return overlay_chart([(name, [_curve(row, name) for row in self._rows.values()]) for name in self._shown_metrics()])
 
 
+def _status(row: _Row) -> str:
+    """A row's status as shown: a pruned trial's with the step it stopped at."""
+    return f"pruned at step {row.step}" if row.status == "pruned" and row.step is not None else row.status
+
+
 def _curve(row: _Row, name: str) -> Curve:
     steps, values = row.curves.get(name, ([], []))
-    return (f"#{row.trial.number}", steps, values)
+    return (f"#{row.trial.number}" + (" pruned" if row.status == "pruned" else ""), steps, values)

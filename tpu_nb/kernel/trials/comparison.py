@@ -10,6 +10,10 @@ from dataclasses import dataclass
 from tpu_nb.kernel.history.log import smaller_is_better
 from tpu_nb.kernel.trials.spec import FOLDS, Trial
 
+UNRANKED = ("pruned", "pruned earlier")
+"""Trials a search's pruner stopped early: their last value is an early step's, not their configuration's, so they are
+listed after the ranked trials and are never the best (as Optuna's `best_trial` leaves them out)."""
+
 
 class MetricError(ValueError):
     """`--trials-metric` cannot be read: the message says how to write it."""
@@ -43,7 +47,8 @@ class TrialRow:
 
     trial: Trial
     status: str
-    """done, stopped, failed, not started (the sweep was stopped first) or skipped (finished before a resume)."""
+    """done, stopped, pruned, failed, not started (the sweep was stopped first), or done/pruned/failed earlier (before a
+    resume)."""
     where: str | None
     """The chips it ran on."""
     final: Mapping[str, float]
@@ -56,6 +61,10 @@ class TrialRow:
     def value(self, metric: MetricChoice) -> float | None:
         found = self.final.get(metric.name)
         return None if found is None or not math.isfinite(found) else found
+
+    def rank_value(self, metric: MetricChoice) -> float | None:
+        """The value it is ranked by: None for a trial that is not ranked (pruned) or did not report the metric."""
+        return None if self.status in UNRANKED else self.value(metric)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +91,7 @@ class Comparison:
     def best(self) -> TrialRow | None:
         """The best trial that reported the metric (None: none did)."""
         first = self.rows[0] if self.rows else None
-        return first if first is not None and first.value(self.metric) is not None else None
+        return first if first is not None and first.rank_value(self.metric) is not None else None
 
     def text(self) -> str:
         """The comparison as plain text: what a terminal, a test and the notebook's text/plain show."""
@@ -102,10 +111,11 @@ class Comparison:
 
 
 def compare(rows: Sequence[TrialRow], metric: MetricChoice) -> Comparison:
-    """`rows` best first by `metric` (trials without it last, by number); k-fold groups with their mean and spread."""
+    """`rows` best first by `metric` (pruned trials and those without it last, by number); k-fold groups with their mean and
+    spread."""
 
     def order(row: TrialRow) -> tuple[int, float, int]:
-        value = row.value(metric)
+        value = row.rank_value(metric)
         if value is None:
             return (1, 0.0, row.trial.number)
         return (0, -value if metric.larger_is_better else value, row.trial.number)

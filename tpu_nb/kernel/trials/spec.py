@@ -31,6 +31,9 @@ class Trial:
 
     number: int
     values: Mapping[str, Any]
+    continues: int | None = None
+    """A search's trial that runs an unfinished earlier one again (`search.py`): the number of the first of them, whose
+    checkpoint directory it continues; None for every other trial."""
 
     @property
     def label(self) -> str:

@@ -3,9 +3,13 @@
 Each trial is a `Run` of its own (its own supervisor and workers, no
 collective with another trial), bound to its world's chips; the sweep holds
 the kernel's one run slot for all of them and follows them in this thread.
-A trial that fails ends alone and the others go on. The first interrupt
-stops every running trial at its next step boundary (as one run's does) and
-starts no queued one; a second one ends them all at once.
+The trials come from a `TrialSource`, asked for the next one whenever a
+world frees: a list (a grid, folds), or a study that chooses each from the
+trials that ended (a search, `search.py`), which may also stop a running
+trial at its next step boundary (its pruner). A trial that fails ends alone
+and the others go on. The first interrupt stops every running trial at its
+next step boundary (as one run's does) and starts no queued one; a second
+one ends them all at once.
 
 Each trial is a fault domain of its own: what goes wrong starting it,
 following it, reading its end or cleaning up after it fails that trial
@@ -25,7 +29,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
-from tpu_nb.kernel.endings.run_ending import Ending
+from tpu_nb.kernel.endings.run_ending import PRUNER, Ending
 from tpu_nb.kernel.history.log import sweep_label
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.interrupts import interrupts_counted
@@ -78,11 +82,66 @@ def final_of(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, float]:
 class Returns(Protocol):
     """What keeps a sweep's `--return` values apart from its outcomes (`sweep_returns.HeldReturns`)."""
 
-    def to_load(self, trial: Trial, final: Mapping[str, float]) -> Collection[str]:
-        """Trial `trial`'s results came back (it reported `final`): the `--return` names to load."""
+    def to_load(self, trial: Trial, final: Mapping[str, float], status: str) -> Collection[str]:
+        """Trial `trial`'s results came back (it reported `final`, it ends `status`): the `--return` names to load."""
 
     def take(self, outcome: TrialOutcome) -> TrialOutcome:
         """Keep what the ended trial returned that is wanted; its outcome without any returned value."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """What a source lets go when no more trials may start: the trials it had queued, and how many it would still have given."""
+
+    trials: tuple[Trial, ...]
+    left: int
+
+
+@dataclass(frozen=True, slots=True)
+class StopAsked:
+    """A source wants a running trial stopped at its next step boundary: `by` whom (a search's `PRUNER`), and why."""
+
+    by: str
+    why: str
+
+
+class TrialNotMade(Exception):
+    """The source took a trial whose values it could not make (a search's space raised): that trial failed before it started."""
+
+    def __init__(self, outcome: TrialOutcome, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.outcome = outcome
+        self.error = error
+
+
+class TrialSource(Protocol):
+    """Where a sweep's trials come from, one at a time, as worlds free."""
+
+    def take(self) -> Trial | None:
+        """The next trial to start; None when there are no more; `TrialNotMade` for a trial that failed as it was made."""
+
+    def drop(self) -> Dropped:
+        """No more trials will be taken (an interrupt, the deadline): what is let go."""
+
+    def stop_for(self, trial: Trial) -> StopAsked | None:
+        """Whether running trial `trial` is to stop at its next step boundary now (a search's pruner said so)."""
+
+
+class ListedTrials:
+    """Trials known before the sweep starts (a grid, folds, a list), taken in their order."""
+
+    def __init__(self, trials: Sequence[Trial]) -> None:
+        self._queue = list(trials)
+
+    def take(self) -> Trial | None:
+        return self._queue.pop(0) if self._queue else None
+
+    def drop(self) -> Dropped:
+        dropped, self._queue = tuple(self._queue), []
+        return Dropped(dropped, len(dropped))
+
+    def stop_for(self, trial: Trial) -> StopAsked | None:
+        return None
 
 
 class TrialWatch:
@@ -160,11 +219,12 @@ class _Forwarded:
 
 
 class Sweep:
-    """Trials run in `worlds`, at most one per world at a time, in trial order; `run()` follows them to the end."""
+    """Trials run in `worlds`, at most one per world at a time, in the order their source gives them; `run()` follows them
+    to the end."""
 
     def __init__(
         self,
-        trials: Sequence[Trial],
+        trials: TrialSource,
         program_for: Callable[[Trial], Program],
         options_for: Callable[[Trial], LaunchOptions],
         worlds: Sequence[World],
@@ -173,7 +233,7 @@ class Sweep:
         write: Write = write_to_sys,
         returns: Returns | None = None,
     ) -> None:
-        self.trials = tuple(trials)
+        self._trials = trials
         self.title = title
         self._program_for = program_for
         self._options_for = options_for
@@ -182,24 +242,28 @@ class Sweep:
         self._write = write
         self._returns = returns  # None: a trial's outcome keeps all it returned
         self._stopping = False
+        self._exhausted = False  # the source has no more trials, or no more may start
         self._deadline_came = False  # a trial was stopped by the deadline they share: no queued one starts
         self._label = sweep_label(title)
 
     def run(self) -> tuple[TrialOutcome, ...]:
-        """Run every trial (LaunchRefused, with nothing started, when the first cannot start); each one's outcome, in trial order."""
+        """Run every trial (LaunchRefused, with nothing started, when the first cannot start); each one's outcome, by number."""
         Run.hold(self)
-        queue = list(self.trials)
         free = list(self._worlds)
         active: list[_Active] = []
         outcomes: dict[int, TrialOutcome] = {}
         try:
             with interrupts_counted() as interrupts:
-                while queue or active:
-                    if queue and self._deadline_came:
-                        self._drop(queue, outcomes, "its deadline came")
-                    while queue and free and not self._stopping:
-                        trial, world = queue.pop(0), free.pop(0)
-                        started = self._start(trial, world, first=not outcomes and not active)
+                while not self._exhausted or active:
+                    if self._deadline_came and not self._exhausted:
+                        self._drop(outcomes, "its deadline came")
+                    while free and not self._exhausted:
+                        first = not outcomes and not active
+                        trial = self._take(first, outcomes)
+                        if trial is None:
+                            continue
+                        world = free.pop(0)
+                        started = self._start(trial, world, first)
                         if isinstance(started, TrialOutcome):
                             self._ended(started, outcomes)
                             free.insert(0, world)
@@ -219,8 +283,10 @@ class Sweep:
                             active.remove(entry)  # after: a sweep that breaks in `_finish` still closes it
                             free.append(entry.world)
                             free.sort(key=lambda world: world.index)
+                        else:
+                            self._stop_if_asked(entry)
                         for _ in range(interrupted):
-                            self._interrupt(active, queue, outcomes)
+                            self._interrupt(active, outcomes)
                     self._watch.refresh()
         except BaseException:
             if outcomes or active:  # an error in the sweep itself: what finished is said before its traceback
@@ -230,7 +296,20 @@ class Sweep:
             for entry in active:
                 self._close(entry)  # ends what is still running
             Run.let_go(self)
-        return tuple(outcomes[trial.number] for trial in self.trials)
+        return tuple(outcomes[number] for number in sorted(outcomes))
+
+    def _take(self, first: bool, outcomes: dict[int, TrialOutcome]) -> Trial | None:
+        """The source's next trial (None: none now; then the source is exhausted, or the trial it took failed as it was made)."""
+        try:
+            trial = self._trials.take()
+        except TrialNotMade as problem:
+            if first:
+                raise problem.error from None  # the user's own code (a search's space) is wrong: its traceback, nothing started
+            self._ended(problem.outcome, outcomes)
+            return None
+        if trial is None:
+            self._exhausted = True
+        return trial
 
     def _start(self, trial: Trial, world: World, first: bool) -> _Active | TrialOutcome:
         metrics = MetricsLog()
@@ -238,9 +317,20 @@ class Sweep:
         logged = {"trial": dict(trial.values), "sweep": self._label}
         title = f"{self.title} trial #{trial.number}"
         returns = self._returns
-        to_load = None if returns is None else lambda: returns.to_load(trial, final_of(metrics.rows))
-        program, options, write = self._program_for(trial), self._options_for(trial), _prefixed(self._write, trial)
-        run = Run(program, options, title, observers, write, world, logged, to_load)
+
+        def to_load() -> Collection[str]:
+            assert returns is not None
+            return returns.to_load(trial, final_of(metrics.rows), "pruned" if run.stopped_at_a_step_by == PRUNER else "done")
+
+        write = _prefixed(self._write, trial)
+        try:
+            # A search plans a trial's checkpoints as it starts: a directory the system refuses to move aside fails it.
+            program, options = self._program_for(trial), self._options_for(trial)
+        except LaunchRefused as refusal:
+            if first:
+                raise
+            return TrialOutcome(trial, "failed", world.label, Ending("failed", str(refusal), refusal), (), None)
+        run = Run(program, options, title, observers, write, world, logged, None if returns is None else to_load)
         try:
             run.start()
         except LaunchRefused as refusal:
@@ -308,19 +398,30 @@ class Sweep:
             + f", {running} running trial(s) were ended. A sweep with --checkpoint recorded those that ended: --resume runs the rest.\n",
         )
 
-    def _drop(self, queue: list[Trial], outcomes: dict[int, TrialOutcome], why: str | None) -> None:
-        """The queued trials will not start (an interrupt, or `why`)."""
-        if why is not None:
-            self._write("stderr", f"tpu_nb: {why}: {len(queue)} queued trial(s) not started (--resume runs them later).\n")
-        for trial in queue:
+    def _drop(self, outcomes: dict[int, TrialOutcome], why: str | None) -> None:
+        """No queued trial will start (an interrupt, or `why`)."""
+        self._exhausted = True
+        dropped = self._trials.drop()
+        if why is not None and dropped.left:
+            self._write("stderr", f"tpu_nb: {why}: {dropped.left} queued trial(s) not started (--resume runs them later).\n")
+        for trial in dropped.trials:
             self._ended(TrialOutcome(trial, NOT_STARTED, None, None, (), None), outcomes)
-        queue.clear()
 
-    def _interrupt(self, active: list[_Active], queue: list[Trial], outcomes: dict[int, TrialOutcome]) -> None:
+    def _stop_if_asked(self, entry: _Active) -> None:
+        """A running trial its source wants stopped (a search's pruner) stops at its next step boundary, as on an interrupt."""
+        asked = self._trials.stop_for(entry.trial)
+        if asked is not None and not self._stopping and entry.run.request_stop(asked.by):
+            self._write(
+                "stderr",
+                f"tpu_nb: trial #{entry.trial.number} ({entry.trial.label}) {asked.why}: it stops at its next step boundary, and "
+                "its chip takes the next trial.\n",
+            )
+
+    def _interrupt(self, active: list[_Active], outcomes: dict[int, TrialOutcome]) -> None:
         """First interrupt: every running trial stops at its next step boundary, no queued one starts. Second: all end now."""
         if not self._stopping:
             self._stopping = True
-            self._drop(queue, outcomes, None)
+            self._drop(outcomes, None)
             for entry in active:
                 entry.run.request_stop()
             self._write(

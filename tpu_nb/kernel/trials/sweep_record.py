@@ -52,8 +52,8 @@ class SweepRecord:
 
 
 def trial_directory(checkpoint: str, trial: Trial) -> str:
-    """Where trial `trial` keeps its checkpoints: a directory of its own under the sweep's."""
-    return f"{checkpoint.rstrip('/')}/trial-{trial.number}"
+    """Where trial `trial` keeps its checkpoints: a directory of its own under the sweep's (a rerun: the first run's)."""
+    return f"{checkpoint.rstrip('/')}/trial-{trial.number if trial.continues is None else trial.continues}"
 
 
 def record_path(checkpoint: str) -> Path | None:

@@ -18,18 +18,21 @@ from tpu_nb.workers.programs import is_module
 
 
 class SweepResult:
-    """A sweep's trials, in trial order, and their comparison (shown as the cell's result)."""
+    """A sweep's trials, by number, and their comparison (shown as the cell's result); a search's study."""
 
-    def __init__(self, outcomes: Sequence[TrialOutcome], comparison: Comparison) -> None:
+    def __init__(self, outcomes: Sequence[TrialOutcome], comparison: Comparison, study: Any = None) -> None:
         self.trials = tuple(outcomes)
         """Each trial's `TrialOutcome`: trial (its number and values), status, where, ending, metrics, final."""
         self.comparison = comparison
+        self.study = study
+        """A search's `optuna.Study` (every trial it holds, with its state and intermediate values); None for a grid."""
 
     @property
     def best(self) -> TrialOutcome | None:
-        """The best trial by the compared metric (None: no trial reported it)."""
+        """The best trial by the compared metric, pruned trials left out (None: no trial reported it); its values are
+        `best.trial.values`."""
         row = self.comparison.best
-        return None if row is None else self.trials[row.trial.number]
+        return None if row is None else next(outcome for outcome in self.trials if outcome.trial.number == row.trial.number)
 
     @property
     def values(self) -> list[Any]:

@@ -7,8 +7,9 @@ rest of the session: it holds no returned values. They are kept here until
 - `--return-best NAME`: only the best trial's so far. When a trial's results
   come back, the comparison so far (`compare`, with the metric it would
   choose now) says whether it is the new best: only then are its values
-  loaded, and the previous best's are let go first. So the kernel holds at
-  most one trial's at a time, whatever the number of trials
+  loaded, and the previous best's are let go first (a trial a search's
+  pruner stopped is never the best). So the kernel holds at most one
+  trial's at a time, whatever the number of trials
   (`benchmarks/sweep_return_memory.py`). The choice is the final
   comparison's: with a given metric the best of a growing set is kept
   step by step; without one, the metric changes at most once, from loss to
@@ -51,10 +52,10 @@ class HeldReturns:
         self._best: tuple[int, RankResult] | None = None
         self._loading_best: int | None = None
 
-    def to_load(self, trial: Trial, final: Mapping[str, float]) -> Collection[str]:
-        """Trial `trial`'s results came back (it reported `final`): the `--return` names to load."""
+    def to_load(self, trial: Trial, final: Mapping[str, float], status: str = "done") -> Collection[str]:
+        """Trial `trial`'s results came back (it reported `final`, it ends `status`): the `--return` names to load."""
         names = set(self.every)
-        row = TrialRow(trial, "done", None, final, None)
+        row = TrialRow(trial, status, None, final, None)
         if self.best and self._best_of([*self._came_back.values(), row], [*self._rows.values(), row]) == trial.number:
             self._best, self._loading_best = None, trial.number  # the previous best let go before this one loads
             names.update(self.best)

@@ -1,7 +1,10 @@
 """From `--trials` to a finished sweep: the trials read, the worlds planned, each trial's options (its own checkpoints), the run.
 
-`%%tpu_train --trials` and `tpu_nb.launch(..., trials=...)` both come here.
-Everything that can be refused is checked before the first trial starts.
+`%%tpu_train --trials` and `tpu_nb.launch(..., trials=...)` both come here,
+for a grid or k-fold (trials known before the first starts: everything that
+can be refused is checked then) and for a search (`--trials STUDY`: each
+trial asked of the study as a world frees, its checkpoints planned as it
+starts; `search.py`, which imports Optuna, is imported only then).
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.planning.worlds import World, WorldsUnavailable, plan_worlds
 from tpu_nb.kernel.trials.board import SweepBoard
 from tpu_nb.kernel.trials.comparison import MetricChoice, MetricError, TrialRow, compare, default_metric
+from tpu_nb.kernel.trials.search_plan import SearchError, SearchPlan, plan_search, search_asked
 from tpu_nb.kernel.trials.spec import Trial, TrialSpecError, parse_trials
-from tpu_nb.kernel.trials.sweep import Sweep, TrialOutcome, TrialWatch, Watches
+from tpu_nb.kernel.trials.sweep import ListedTrials, Sweep, TrialOutcome, TrialSource, TrialWatch, Watches
 from tpu_nb.kernel.trials.sweep_record import (
     FINISHED,
     SweepRecord,
@@ -44,19 +48,46 @@ CHECKPOINT_OPTIONS = ("checkpoint", "every", "keep", "budget", "resume")
 
 @dataclass(frozen=True, slots=True)
 class SweepPlan:
-    """The trials, how many cores each gets, and what compares them."""
+    """The trials (a search's come as it runs), how many cores each gets, and what compares them."""
 
     trials: tuple[Trial, ...]
     cores_per_trial: int
     metric: MetricChoice | None
+    search: SearchPlan | None = None
 
 
-def plan_sweep(trials: Any, cores_per_trial: int, metric: str | None, namespace: Mapping[str, Any] | None = None) -> SweepPlan:
-    """The sweep `--trials`, `--cores-per-trial` and `--trials-metric` ask for; `LaunchRefused` with the fix."""
+def plan_sweep(
+    trials: Any,
+    cores_per_trial: int,
+    metric: str | None,
+    namespace: Mapping[str, Any] | None = None,
+    n_trials: int | None = None,
+    space: Any = None,
+) -> SweepPlan:
+    """The sweep `--trials`, `--cores-per-trial`, `--trials-metric` (and a search's `--n-trials`, `--space`) ask for;
+    `LaunchRefused` with the fix."""
     try:
-        return SweepPlan(parse_trials(trials, namespace), cores_per_trial, None if metric is None else MetricChoice.parse(metric))
-    except (TrialSpecError, MetricError) as error:
+        choice = None if metric is None else MetricChoice.parse(metric)
+        if search_asked(trials, n_trials, space, namespace):
+            search = plan_search(trials, n_trials, space, choice, namespace)
+            return SweepPlan((), cores_per_trial, search.metric, search)
+        return SweepPlan(parse_trials(trials, namespace), cores_per_trial, choice)
+    except (TrialSpecError, MetricError, SearchError) as error:
         raise refused(str(error)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Trials:
+    """Where a sweep's trials come from, and what goes with them: their options, those an earlier run finished, the watches
+    before the board, what the board knows of them first, and what to do once the sweep is over."""
+
+    source: TrialSource
+    options_for: Callable[[Trial], LaunchOptions]
+    earlier: tuple[TrialOutcome, ...]
+    watches: tuple[TrialWatch, ...]
+    known: tuple[Trial, ...]
+    planned: int
+    close: Callable[[], None]
 
 
 def run_sweep(
@@ -81,8 +112,34 @@ def run_sweep(
     saving = {name: run_options.get(name, OPTION_NAMED[name].default) for name in CHECKPOINT_OPTIONS}
     resume = saving["resume"]
     checkpoint = saving["checkpoint"] or (resume if isinstance(resume, str) and resume else None)  # --resume DIR continues there
-    if checkpoint is None:
-        plan_checkpoints(None, saving["every"], saving["keep"], resume, saving["budget"])  # refuses what needs --checkpoint
+    if checkpoint is None:  # refuses what needs --checkpoint (a search's --resume continues its study: it needs none)
+        plan_checkpoints(None, saving["every"], saving["keep"], None if plan.search else resume, saving["budget"])
+    if plan.search is not None:
+        trials = _search(plan.search, base, checkpoint, saving, write)
+    else:
+        trials = _grid(plan.trials, base, checkpoint, saving, write)
+    board = SweepBoard(trials.known, worlds, plan.metric, title, write, shown=options_given.progress, planned=trials.planned)
+    watches = Watches([*trials.watches, board], write)
+    for outcome in trials.earlier:
+        watches.ended(outcome)
+    held = HeldReturns(returns, return_best, plan.metric, [_row(outcome) for outcome in trials.earlier])
+    sweep = Sweep(trials.source, program_for, trials.options_for, worlds, title, watches, write, held)
+    try:
+        ran = {outcome.trial.number: outcome for outcome in [*trials.earlier, *sweep.run()]}
+    finally:
+        trials.close()
+    outcomes = [ran[number] for number in sorted(ran)]
+    rows = [_row(outcome) for outcome in outcomes]
+    comparison = compare(rows, plan.metric or default_metric(rows))
+    with watches.told(board):
+        board.finish(comparison)
+    return SweepResult(outcomes, comparison, None if plan.search is None else plan.search.study), held
+
+
+def _grid(trials: tuple[Trial, ...], base: LaunchOptions, checkpoint: str | None, saving: Mapping[str, Any], write: Write) -> _Trials:
+    """A grid's or k-fold's trials: those an earlier run recorded as finished in sweep.json are not run again (--resume);
+    every other one's options planned now, so that anything refused is refused before the first starts."""
+    resume = saving["resume"]
     record = read_record(checkpoint) if checkpoint is not None else SweepRecord()
     source = _resume_source(checkpoint, resume) if checkpoint is not None and resume else None
     source_record = record if source in (None, checkpoint) else read_record(source)
@@ -91,30 +148,38 @@ def run_sweep(
             "stderr",
             f"tpu_nb: {problem}: read as no record (--resume reruns every trial, each from its checkpoints); replaced as trials end.\n",
         )
-    done_before = finished_trials(source_record, plan.trials) if source is not None else {}
-    to_run = [trial for trial in plan.trials if trial.number not in done_before]
+    done_before = finished_trials(source_record, trials) if source is not None else {}
+    to_run = [trial for trial in trials if trial.number not in done_before]
     options = _plan_trials(base, to_run, checkpoint, saving, write)
-    board = SweepBoard(plan.trials, worlds, None if plan.metric is None else plan.metric.name, title, write, shown=options_given.progress)
-    earlier = [
+    earlier = tuple(
         TrialOutcome(trial, EARLIER, None, None, ({"step": None, **done_before[trial.number]},), None)
-        for trial in plan.trials
+        for trial in trials
         if trial.number in done_before
-    ]
-    shown: list[TrialWatch] = [board]
-    if checkpoint is not None:
-        shown.insert(0, _Recorder(checkpoint, record, write))  # a trial's record first: nothing else may cost it
-    watches = Watches(shown, write)
-    for outcome in earlier:
-        watches.ended(outcome)
-    held = HeldReturns(returns, return_best, plan.metric, [_row(outcome) for outcome in earlier])
-    sweep = Sweep(to_run, program_for, lambda trial: options[trial.number], worlds, title, watches, write, held)
-    ran = {outcome.trial.number: outcome for outcome in [*earlier, *sweep.run()]}
-    outcomes = [ran[trial.number] for trial in plan.trials]
-    rows = [_row(outcome) for outcome in outcomes]
-    comparison = compare(rows, plan.metric or default_metric(rows))
-    with watches.told(board):
-        board.finish(comparison)
-    return SweepResult(outcomes, comparison), held
+    )
+    recorder = () if checkpoint is None else (_Recorder(checkpoint, record, write),)  # a trial's record first: nothing else may cost it
+    return _Trials(ListedTrials(to_run), lambda trial: options[trial.number], earlier, recorder, trials, len(trials), lambda: None)
+
+
+def _search(search: SearchPlan, base: LaunchOptions, checkpoint: str | None, saving: Mapping[str, Any], write: Write) -> _Trials:
+    """A search's trials, asked of its study as worlds free; with --resume, the study's finished trials are not run again and
+    its unfinished ones run first, each continuing its checkpoints."""
+    from tpu_nb.kernel.trials.search import Search, note_running, resume_search  # Optuna: only for a search
+
+    earlier: tuple[TrialOutcome, ...] = ()
+    to_run = search.n_trials
+    if saving["resume"]:
+        resumed = resume_search(search.study, search.n_trials, search.metric, write)
+        earlier, to_run = resumed.earlier, resumed.to_run
+    else:
+        note_running(search.study, write)
+    source = Search(search.study, search.space, to_run, search.metric, write)
+
+    def options_for(trial: Trial) -> LaunchOptions:
+        return base if checkpoint is None else _search_trial_options(base, trial, checkpoint, saving, write)
+
+    # The study keeps the search's record: no sweep.json, only each trial's values in its directory.
+    watches = (source,) if checkpoint is None else (_Recorder(checkpoint, None, write), source)
+    return _Trials(source, options_for, earlier, watches, (), len(earlier) + to_run, source.close)
 
 
 def _row(outcome: TrialOutcome) -> TrialRow:
@@ -172,6 +237,38 @@ def _plan_trials(
     return options
 
 
+def _search_trial_options(base: LaunchOptions, trial: Trial, checkpoint: str, saving: Mapping[str, Any], write: Write) -> LaunchOptions:
+    """A search's trial's options, planned as it starts: with --resume, a trial that runs an unfinished one again continues
+    its checkpoints when they trained these values; a directory trained with others is moved aside, and the trial starts
+    afresh. `LaunchRefused` (that trial fails) when its directory cannot be planned."""
+    source = _resume_source(checkpoint, saving["resume"]) if saving["resume"] else checkpoint
+    directory = trial_directory(source, trial)
+    try:
+        trained = trained_with(directory) if saving["resume"] and _has_checkpoints(directory) else None
+    except OSError as error:
+        raise refused(f"trial #{trial.number}: {directory} could not be read ({error}).") from None
+    resumes = trained is not None
+    if trained is not None and trained.unknown is not None:
+        write(
+            "stderr",
+            f"tpu_nb: trial #{trial.number} ({trial.label}) continues from {directory}; what trained it cannot be checked: "
+            f"{trained.unknown}.\n",
+        )
+    elif trained is not None and not trained.same_as(trial):
+        resumes = False
+        fresh = (
+            f"moved to {_moved_aside(directory)}"
+            if source == checkpoint
+            else f"left as it is; it runs in {trial_directory(checkpoint, trial)}"
+        )
+        write(
+            "stderr",
+            f"tpu_nb: trial #{trial.number} ({trial.label}): {directory} was trained with {trained.values}: {fresh}, "
+            "and the trial starts from scratch.\n",
+        )
+    return _trial_options(base, trial, checkpoint, source, resumes=resumes, saving=saving)
+
+
 def _moved_aside(directory: str) -> str:
     try:
         return move_aside(directory)
@@ -211,7 +308,8 @@ class _Recorder(TrialWatch):
 
     what = "record"
 
-    def __init__(self, checkpoint: str, record: SweepRecord, write: Write) -> None:
+    def __init__(self, checkpoint: str, record: SweepRecord | None, write: Write) -> None:
+        """`record` None: no sweep.json (a search's study is its record)."""
         self._checkpoint = checkpoint
         self._record = record
         self._write = write
@@ -232,7 +330,7 @@ class _Recorder(TrialWatch):
                 )
 
     def ended(self, outcome: TrialOutcome) -> None:
-        if outcome.ending is None:
+        if outcome.ending is None or self._record is None:
             return
         self._record = self._record.with_trial(outcome.trial, FINISHED if outcome.status == "done" else outcome.status, outcome.final)
         try:
