@@ -145,6 +145,7 @@ def test_a_value_that_cannot_come_back_is_shown_as_text(ip: InteractiveShell) ->
         ("--trials missing_grid", "'missing_grid' is not NAME=VALUE"),
         ("--n-trials 8 --space space", "--n-trials, --space: for a sweep; add --trials SPEC (e.g. --trials folds=5, or --trials STUDY"),
         ("--trials 'lr=1,2' --n-trials 8", "--n-trials and --space are for a search: --trials 'lr=1,2' is not an optuna.Study"),
+        ("--trials folds=2 --return model tok --return-best model", "--return model and --return-best model: a name is every trial's"),
     ],
 )
 def test_bad_options_are_usage_errors_that_start_nothing(ip: InteractiveShell, line: str, message: str) -> None:

@@ -227,6 +227,14 @@ def test_cpu_num_devices_sets_devices_in_the_single_cpu_worker(make_system: Make
     assert (info.devices, info.workers, info.devices_per_worker) == (4, 1, 4)
 
 
+@pytest.mark.parametrize("value", ["\u00b2", "four", ""])
+def test_a_cpu_num_devices_that_is_not_a_number_counts_as_one(make_system: MakeSystem, value: str) -> None:
+    # str.isdigit() takes "²", which int() refuses: detection raised ValueError (every magic runs it).
+    info = detect(make_system("cpu_laptop", environ={"CPU_NUM_DEVICES": value}))
+
+    assert (info.devices, info.workers) == (1, 1)
+
+
 # The real machine and the cost of importing.
 
 

@@ -224,3 +224,35 @@ def test_a_kernel_whose_session_leader_is_outside_the_container_ends_only_its_ow
         == "started outside this container's view (its session's leader is not visible here)"
     )
     assert not holders[900].stale and not holders[920].stale
+
+
+VS_CODE_KERNEL = "python3\0-m\0ipykernel_launcher\0--f=/root/.local/share/jupyter/runtime/kernel-v2-{}.json\0"
+
+
+def test_a_kernel_started_without_a_session_of_its_own_is_live_while_its_launcher_runs(tmp_path: Path) -> None:
+    # VS Code starts its kernels as plain children of its extension host (no new session), in the session of the SSH login
+    # that started its server: once that shell is gone (session 45), a kernel and its runs are live as long as VS Code runs.
+    write(tmp_path, "proc/stat", "cpu  1 2 3\nbtime 1764600000\n")
+    fake_process(tmp_path, 1, 0, 0, "/sbin/init\0")
+    fake_process(tmp_path, 30, 1, 0, "/lib/systemd/systemd\0--user\0", session=30)  # a subreaper, in a session of its own
+    fake_process(tmp_path, 60, 1, 0, "node\0/root/.vscode-server/server-main.js\0", session=45)
+    fake_process(tmp_path, 70, 60, 0, "node\0--type=extensionHost\0", session=45)
+    fake_process(tmp_path, 300, 70, 0, VS_CODE_KERNEL.format(1), session=45, holds="/dev/accel0")  # a kernel using the TPU itself
+    fake_process(tmp_path, 310, 300, 0, VS_CODE_KERNEL.format(1), session=45)  # its run's supervisor...
+    fake_process(tmp_path, 311, 310, 0, VS_CODE_KERNEL.format(1), session=45, holds="/dev/accel1")  # ...and worker
+    fake_process(tmp_path, 410, 1, 0, VS_CODE_KERNEL.format(2), session=45)  # a dead VS Code kernel's supervisor, adopted by init
+    fake_process(tmp_path, 411, 410, 0, VS_CODE_KERNEL.format(2), session=45, holds="/dev/accel2")
+    fake_process(tmp_path, 420, 30, 0, VS_CODE_KERNEL.format(3), session=45, holds="/dev/accel3")  # one a subreaper adopted
+    fake_process(tmp_path, 100, 50, 0, KERNEL.format("a"), session=100)  # this kernel, a Jupyter server's
+    system = SystemView(environ={}, dev_root=tmp_path / "dev", proc_root=tmp_path / "proc", modules={}, own_pid=100, own_uid=0)
+
+    holders = {holder.pid: holder for holder in tpu_device_holders(system)}
+
+    launcher = "started by pid 70 (node --type=extensionHost), which still runs, without a session of its own (its session's leader, 45, has exited)"
+    assert (holders[300].belongs_to, holders[311].belongs_to) == (launcher, launcher)
+    assert not holders[300].stale and not holders[311].stale
+    assert (
+        holders[411].stale_because
+        == holders[420].stale_because
+        == ("the notebook kernel it was started from (session 45) has exited (it is a fork of that kernel: its command line)")
+    )

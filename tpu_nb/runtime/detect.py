@@ -157,13 +157,13 @@ def _plan_launch(environ: Mapping[str, str], tpu: TpuInfo | None, pjrt_device: s
         return _LaunchPlan(devices_per_worker=tpu.devices_per_chip, workers=workers)
     # XLA:CPU: one process, CPU_NUM_DEVICES threads inside it.
     cpu_devices = environ.get("CPU_NUM_DEVICES", "")
-    return _LaunchPlan(devices_per_worker=int(cpu_devices) if cpu_devices.isdigit() else 1, workers=1)
+    return _LaunchPlan(devices_per_worker=int(cpu_devices) if cpu_devices.isdecimal() else 1, workers=1)
 
 
 def _process_bounds_size(bounds: str) -> int | None:
     """The product of a "x,y,z" mesh, or None when unset or unparsable."""
     dims = bounds.split(",")
-    if not all(dim.strip().isdigit() for dim in dims):
+    if not all(dim.strip().isdecimal() for dim in dims):
         return None
     size = 1
     for dim in dims:

@@ -21,7 +21,18 @@ nor could a mark tpu_nb set in its workers (they are forked, and /proc
 shows the environment a process was exec'd with, not what it set since).
 A holder whose shell is gone with no such sign (`nohup python train.py &`
 over SSH, then logging out) may run on purpose: it is live, for the user
-to name. Everything else is live too: what shares this kernel's session
+to name. A kernel need not lead its session: jupyter_client's launcher
+(8.10: `start_new_session=True` on every POSIX launch, with JPY_PARENT_PID)
+starts every kernel a Jupyter server runs (Colab's `colab_kernel_launcher`
+and Kaggle's kernels too) as its session's leader, but VS Code starts its
+kernels as plain children of its extension host, in the session of the SSH
+login that started its server, which may be gone. So a holder with a
+kernel's command line whose leader is gone is live while the first process
+above it with another command line runs in its session (its launcher);
+one init or a subreaper adopted (another session) is an orphan. What is
+left unseen: a kernel started through a wrapper that did not exec it
+(`bash -c` in a kernelspec) once that wrapper exited, which looks like a
+fork init adopted. Everything else is live too: what shares this kernel's session
 (it runs, since we do), and what belongs to a session whose leader is
 outside this container (session 0 here: `docker exec`, some notebook
 images), because nothing here can tell whether that leader still runs.
@@ -207,6 +218,12 @@ def _standing(system: SystemView, pid: int, session: int | None, started_at: flo
         return None, "started from this notebook"  # our session runs (we are in it), whether or not its leader still does
     leader_started = system.process_started_at(session)
     if leader_started is None or (started_at is not None and leader_started > started_at):  # gone, or its pid a newer process's
+        launcher = _launcher(system, pid, arguments, session) if is_kernel(arguments) else None
+        if launcher is not None:  # a kernel started without a session of its own (VS Code's), or its run: its launcher runs
+            return None, (
+                f"started by pid {launcher} ({_shortened(system.command_line(launcher), None)}), which still runs, without a "
+                f"session of its own (its session's leader, {session}, has exited)"
+            )
         sign = _kernel_sign(system, pid, arguments)
         if sign is not None:
             return f"the notebook kernel it was started from (session {session}) has exited ({sign})", None
@@ -228,6 +245,20 @@ def _kernel_sign(system: SystemView, pid: int, arguments: tuple[str, ...]) -> st
         return "it is a fork of that kernel: its command line"
     if KERNEL_MARK in system.process_environment(pid):
         return f"its environment holds the kernel's {KERNEL_MARK}"
+    return None
+
+
+def _launcher(system: SystemView, pid: int, arguments: tuple[str, ...], session: int) -> int | None:
+    """What started the kernel that process `pid` is (or was forked from), when it still runs in their session: the first
+    process above it with another command line. None when that is init or a process of another session: what adopted an
+    orphan (a subreaper is in a session of its own), not what started it."""
+    seen: set[int] = set()
+    status = system.process_status(pid)
+    while status is not None and status.parent > 1 and status.parent not in seen:
+        seen.add(status.parent)
+        if system.command_line(status.parent) != arguments:
+            return status.parent if system.process_session(status.parent) == session else None
+        status = system.process_status(status.parent)
     return None
 
 

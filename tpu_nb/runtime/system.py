@@ -144,7 +144,7 @@ class SystemView:
             (line.split()[1] for line in (self.read_text(self.proc_root / "stat") or "").splitlines() if line.startswith("btime ")), None
         )
         fields = self._stat_fields(pid)
-        if boot is None or fields is None or not boot.isdigit():
+        if boot is None or fields is None or not boot.isdecimal():
             return None
         return int(boot) + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: start time, in ticks since boot
 
@@ -227,7 +227,7 @@ class SystemView:
         holders = []
         processes = _sorted_entries(self.proc_root) if pids is None else [self.proc_root / str(pid) for pid in sorted(pids)]
         for process in processes:
-            if not process.name.isdigit() or int(process.name) == self.own_pid:
+            if not process.name.isdecimal() or int(process.name) == self.own_pid:
                 continue
             paths = sorted({path for path in map(self.named_as_viewed, _fd_targets(process / "fd")) if wanted(path)})
             if paths:
@@ -238,7 +238,7 @@ class SystemView:
 
 def _natural_order(name: str) -> list[str | int]:
     # accel2 before accel10, as a person would list them.
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+    return [int(part) if part.isdecimal() else part for part in re.split(r"(\d+)", name)]
 
 
 def _sorted_entries(directory: Path) -> list[Path]:

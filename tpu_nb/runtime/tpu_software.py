@@ -67,7 +67,7 @@ def _torch_tpu_status(versions: Versions) -> StackStatus:
 
 def _torch_fits_torch_tpu(torch: str) -> bool:
     parts = release(torch).split(".")[:2]
-    if not all(part.isdigit() for part in parts) or len(parts) < 2:
+    if not all(part.isdecimal() for part in parts) or len(parts) < 2:
         return False
     line = (int(parts[0]), int(parts[1]))
     low, high = TORCH_FOR_TORCH_TPU

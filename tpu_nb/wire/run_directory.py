@@ -130,7 +130,7 @@ def read_stop(directory: Path) -> tuple[bool, int | None]:
         text = (directory / STOP_FILE).read_text().strip()
     except FileNotFoundError:
         return False, None
-    return True, int(text) if text.isdigit() else None
+    return True, int(text) if text.isdecimal() else None
 
 
 def read_stacks_request(directory: Path) -> int | None:
@@ -139,7 +139,7 @@ def read_stacks_request(directory: Path) -> int | None:
         text = (directory / STACKS_REQUEST_FILE).read_text().strip()
     except FileNotFoundError:
         return None
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isdecimal() else None
 
 
 def kill_shell(directory: str) -> str:

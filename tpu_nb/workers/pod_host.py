@@ -73,7 +73,7 @@ def host_index(environ: dict[str, str] | None = None) -> int:
     """This host's number in the slice: what GKE and the TPU VM metadata say (0 on one machine)."""
     environ = dict(os.environ) if environ is None else environ
     for name in ("TPU_WORKER_ID", "CLOUD_TPU_TASK_ID"):
-        if environ.get(name, "").isdigit():
+        if environ.get(name, "").isdecimal():
             return int(environ[name])
     if environ.get("PJRT_DEVICE") == "TPU":
         from torch_xla._internal import tpu  # reads the VM's metadata; starts no runtime

@@ -44,6 +44,7 @@ def test_values_json_cannot_hold_are_recorded_as_text_and_still_match(tmp_path: 
         ('{"trials": {"0": {"values": {"fold": 0, "folds": 2}, "status": "done", "final": 5}}}', 'trial 0\'s "final" is not'),
         ('{"trials": {"0": {"values": {"fold": 0, "folds": 2}, "status": "done", "final": {"loss": "low"}}}}', "of numbers"),
         ('{"trials": {"first": {"status": "done"}}}', "not a trial number"),
+        ('{"trials": {"\\u00b2": {"status": "done"}}}', "'²', not a trial number"),  # str.isdigit() takes it, int() does not
     ],
 )
 def test_a_malformed_record_is_named_and_read_as_none_and_the_next_write_replaces_it(tmp_path: Path, content: str, says: str) -> None:

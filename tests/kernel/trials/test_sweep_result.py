@@ -11,13 +11,14 @@ import torch
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
+from tpu_nb.kernel.endings.notebook_errors import NotReturned
 from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.trials.comparison import MetricChoice, TrialRow, compare
 from tpu_nb.kernel.trials.spec import parse_trials
 from tpu_nb.kernel.trials.sweep import TrialOutcome
 from tpu_nb.kernel.trials.sweep_result import SweepResult, hand_back_sweep
 from tpu_nb.kernel.trials.sweep_returns import HeldReturns, came_back
-from tpu_nb.wire.results import ModuleWeights, RankResult
+from tpu_nb.wire.results import Lost, ModuleWeights, RankResult
 
 LOSS = MetricChoice("loss", larger_is_better=False)
 
@@ -138,3 +139,46 @@ def test_return_best_sets_nothing_when_no_trial_that_came_back_reported_the_metr
         "tpu_nb: --return-best model: the best by loss, trial #0 (n=1), done earlier: its values did not come back, and no trial "
         "whose values did reported loss; nothing was set.\n"
     ]
+
+
+def test_return_best_of_a_name_the_best_trial_never_defined_is_said_as_one_runs_return_is() -> None:
+    trials = parse_trials("n=1,2")
+    weights = ModuleWeights({"weight": torch.full((2, 1), 2.0), "bias": torch.zeros(2)})
+    best = TrialOutcome(
+        trials[0],
+        "done",
+        "cpu 0",
+        Ending("done", None, None, {0: RankResult(1, True, {"model": weights}, ("tok",))}),
+        ({"loss": 0.1},),
+        1.0,
+    )
+    worse = TrialOutcome(trials[1], "done", "cpu 1", Ending("done", None, None, {0: RankResult(2, True, {})}), ({"loss": 0.5},), 1.0)
+    held = HeldReturns(every=(), best=("model", "tok"), metric=LOSS, earlier=())
+    result = swept(held, best, worse)
+    namespace: dict[str, Any] = {"model": torch.nn.Linear(1, 2)}
+    with pytest.raises(NotReturned) as raised:
+        hand_back_sweep(result, held, namespace, lambda stream, text: None)
+    assert str(raised.value) == (
+        "--return-best tok: the cell did not define `tok` on rank 0 of trial #0 (n=1), the best.\nEverything else was returned."
+    )
+    assert torch.equal(namespace["model"].weight, torch.full((2, 1), 2.0))  # what it did define is set
+    assert "tok" not in namespace
+
+
+def test_a_trials_return_value_no_place_could_hold_is_said_not_left_as_none() -> None:
+    trials = parse_trials("n=1,2")
+    weights = ModuleWeights({"weight": torch.full((2, 1), 1.0), "bias": torch.zeros(2)})
+    kept = TrialOutcome(
+        trials[0], "done", "cpu 0", Ending("done", None, None, {0: RankResult(1, True, {"model": weights})}), ({"loss": 0.1},), 1.0
+    )
+    lost = Lost("`model`", 3 << 30, ("/dev/shm/tpu_nb-x (64.0 MiB free): [Errno 28] No space left on device",))
+    too_big = TrialOutcome(
+        trials[1], "done", "cpu 1", Ending("done", None, None, {0: RankResult(2, True, {}, (), (lost,))}), ({"loss": 0.5},), 1.0
+    )
+    held = HeldReturns(every=("model",), best=(), metric=LOSS, earlier=())
+    result = swept(held, kept, too_big)
+    namespace: dict[str, Any] = {"model": torch.nn.Linear(1, 2)}
+    with pytest.raises(NotReturned) as raised:
+        hand_back_sweep(result, held, namespace, lambda stream, text: None)
+    assert str(raised.value) == f"--return, trial #1 (n=2): {lost.explain()}\nEverything else was returned."
+    assert [None if model is None else model.weight[0, 0].item() for model in namespace["model"]] == [1.0, None]

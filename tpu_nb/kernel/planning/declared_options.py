@@ -320,7 +320,7 @@ OPTIONS: tuple[Option, ...] = (
         list,
         (),
         "With {trials}: copy these variables from the best trial into the notebook, as {returns} does for one run "
-        "(with {returns}, each name is a list by trial instead).",
+        "({returns} with {trials} makes each name a list, a value per trial; a name goes to one of the two).",
         part="call",
         surfaces=frozenset({"cell"}),
         metavar="NAME",

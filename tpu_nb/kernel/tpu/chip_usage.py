@@ -128,7 +128,7 @@ def silent_rank_hint(usage: DeviceUsage | None) -> str | None:
 
 def metrics_addresses(processes: int, environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
     """Where each of a run's `processes` serves its metrics, in process order: TPU_RUNTIME_METRICS_PORTS, else from 8431 on."""
-    listed = [port.strip() for port in environ.get("TPU_RUNTIME_METRICS_PORTS", "").split(",") if port.strip().isdigit()]
+    listed = [port.strip() for port in environ.get("TPU_RUNTIME_METRICS_PORTS", "").split(",") if port.strip().isdecimal()]
     first = int(listed[0]) if listed else DEFAULT_PORT
     ports = listed[:processes] if len(listed) >= processes else [str(first + index) for index in range(processes)]
     return tuple(f"localhost:{port}" for port in ports)

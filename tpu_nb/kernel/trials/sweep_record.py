@@ -120,7 +120,7 @@ def _entries(data: Any) -> tuple[dict[int, TrialEntry] | None, str]:
         return None, f'"trials" is a {type(trials).__name__}, not an object'
     entries = {}
     for key, entry in trials.items():
-        if not key.isdigit():
+        if not key.isdecimal():  # what int() reads (isdigit() takes '²', which it refuses)
             return None, f'"trials" has the key {key!r}, not a trial number'
         if not isinstance(entry, dict) or not isinstance(entry.get("status"), str):
             return None, f"trial {key}'s entry is not an object with a status"

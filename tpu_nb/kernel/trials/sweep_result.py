@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import html
 from collections.abc import Sequence
 from typing import Any
 
+from tpu_nb.kernel.endings.notebook_errors import NotReturned
 from tpu_nb.kernel.notebook.adapters import adapters_to_add, add_adapters
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.returns import apply_returns, report_returns
@@ -60,7 +62,8 @@ class SweepResult:
 def hand_back_sweep(result: SweepResult, held: HeldReturns, namespace: dict[str, Any], write: Write = write_to_sys) -> None:
     """`--return NAME`: NAME becomes the list of every trial's value (None for a trial without it); a module of the notebook's
     comes back as a copy per trial with that trial's weights. `--return-best NAME`: the best trial's, as one run's `--return`.
-    What `held` kept is let go as it is handed over: the notebook holds it then, once."""
+    What `held` kept is let go as it is handed over: the notebook holds it then, once. A name the best trial never defined,
+    or a part no place could hold, is `NotReturned` once everything else is set, as for one run."""
     every: dict[str, list[Any]] = {name: [] for name in held.every}
     for outcome in result.trials:
         returned = held.returned_by(outcome.trial.number)
@@ -68,11 +71,15 @@ def hand_back_sweep(result: SweepResult, held: HeldReturns, namespace: dict[str,
             values.append(_trial_value(returned.get(name), namespace.get(name)))
         del returned  # a trial's weights, loaded into its module copy: not kept twice
     namespace.update(every)
+    problems = _lost(result, held.every, "--return")
     if held.best:
-        _hand_back_best(result, held, namespace, write)
+        problems += _hand_back_best(result, held, namespace, write)
+    if problems:
+        raise NotReturned("\n".join(problems) + "\nEverything else was returned.")
 
 
-def _hand_back_best(result: SweepResult, held: HeldReturns, namespace: dict[str, Any], write: Write) -> None:
+def _hand_back_best(result: SweepResult, held: HeldReturns, namespace: dict[str, Any], write: Write) -> list[str]:
+    """Set the best trial's `--return-best` values; what did not come back of them, to say."""
     names, metric = " ".join(held.best), result.comparison.metric.name
     ranked_first, back = result.comparison.best, held.best_back()
     passed_over = ""
@@ -81,22 +88,47 @@ def _hand_back_best(result: SweepResult, held: HeldReturns, namespace: dict[str,
     if back is None:
         why = f"{passed_over}, and no trial whose values did reported {metric}" if passed_over else f"no trial reported {metric}"
         write("stderr", f"tpu_nb: --return-best {names}: {why}; nothing was set.\n")
-        return
+        return []
     if back.result is None:  # let go for a trial that looked better, whose results then could not be loaded
         write(
             "stderr",
             f"tpu_nb: --return-best {names}: the values of trial #{back.trial.number} ({back.trial.label}), the best whose values "
             "came back, were not kept (a trial that looked better could not be loaded); nothing was set.\n",
         )
-        return
+        return []
     if passed_over:
         write("stderr", f"tpu_nb: --return-best: {passed_over}; the best of those whose values did is taken.\n")
     ranked = back.result
     only_best = RankResult(ranked.value, ranked.has_value, {name: ranked.returned[name] for name in held.best if name in ranked.returned})
-    problem = report_returns(apply_returns(only_best, namespace), write)
-    write("stdout", f"tpu_nb: --return-best: {', '.join(held.best)} from trial #{back.trial.number} ({back.trial.label}).\n")
-    if problem is not None:
-        raise problem
+    applied = apply_returns(only_best, namespace)
+    report_returns(dataclasses.replace(applied, not_transferable=()), write)  # what it updated; its problems are said below
+    trial = f"trial #{back.trial.number} ({back.trial.label})"
+    write("stdout", f"tpu_nb: --return-best: {', '.join(held.best)} from {trial}.\n")
+    return [
+        *(
+            f"--return-best {name}: the cell did not define `{name}` on rank 0 of {trial}, the best."
+            for name in held.best
+            if name in ranked.missing
+        ),
+        *(f"--return-best {detail}" for detail in applied.not_transferable),
+        *(f"--return-best, {trial}: {lost.explain()}" for lost in ranked.lost if lost.what in _parts(held.best)),
+    ]
+
+
+def _lost(result: SweepResult, names: Sequence[str], option: str) -> list[str]:
+    """The parts of `names` that no place could hold, trial by trial (their values are None in the lists)."""
+    problems = []
+    for outcome in result.trials:
+        came = came_back(outcome)
+        for lost in () if came is None else came.lost:
+            if lost.what in _parts(names):
+                problems.append(f"{option}, trial #{outcome.trial.number} ({outcome.trial.label}): {lost.explain()}")
+    return problems
+
+
+def _parts(names: Sequence[str]) -> set[str]:
+    """The `--return` names as a lost part names itself (`Lost.what`)."""
+    return {f"`{name}`" for name in names}
 
 
 def _trial_value(value: Any, in_notebook: Any) -> Any:

@@ -101,6 +101,13 @@ def run_sweep(
 ) -> tuple[SweepResult, HeldReturns]:
     """Run the plan's trials side by side (`run_options`: the run options as given, `declared_options`' names); the result,
     and the `--return` (every trial's) and `--return-best` values held for `hand_back_sweep`."""
+    both = [name for name in returns if name in return_best]
+    if both:
+        shown = " ".join(both)
+        raise refused(
+            f"--return {shown} and --return-best {shown}: a name is every trial's (--return: a list, a value per trial) or "
+            "the best trial's (--return-best), not both; give each name to one of them."
+        )
     plain = {**run_options, **{name: OPTION_NAMED[name].default for name in CHECKPOINT_OPTIONS}}
     options_given = LaunchOptions.from_user(**plain)
     base = dataclasses.replace(options_given, progress=False)  # the sweep's board shows every trial

@@ -54,7 +54,7 @@ def prune(directory: str, keep: int, budget: int | None = None) -> list[Checkpoi
         # A write the session's end cut short leaves its staging directory: gone once a later checkpoint counts.
         for staging in Path(local_path(directory)).glob(f"{PREFIX}*{PARTIAL}"):
             step = staging.name.removeprefix(PREFIX).removesuffix(PARTIAL)
-            if step.isdigit() and int(step) < newest:
+            if step.isdecimal() and int(step) < newest:
                 shutil.rmtree(staging, ignore_errors=True)
     return removed
 

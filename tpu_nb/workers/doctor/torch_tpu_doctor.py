@@ -84,7 +84,7 @@ def _place(miss: CacheMiss) -> str | None:
     if miss.place is None or ":" not in miss.place:
         return None
     filename, line = miss.place.rsplit(":", 1)
-    return describe(Frame("", filename, int(line))) if line.isdigit() else None
+    return describe(Frame("", filename, int(line))) if line.isdecimal() else None
 
 
 def _cause(miss: CacheMiss) -> CompileCause:
