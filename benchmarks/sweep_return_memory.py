@@ -61,6 +61,7 @@ def measure(case: str) -> dict[str, float]:
     from IPython.core.interactiveshell import InteractiveShell
 
     from tpu_nb.kernel.run import warm_imports
+    from tpu_nb.wire import results
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "tpu_nb")
@@ -71,14 +72,14 @@ def measure(case: str) -> dict[str, float]:
     warm_up = CELL.format(options=CASES[case].format(folds=2, model="small"), model="small")
     assert shell.run_cell(warm_up, store_history=True).success
     warm_imports.wait()  # the modules the kernel imports between cells for the next run's start: not the measured cell's
-    loads = []  # the weights files the kernel loads in the measured cell (as results load them: weights_only)
-    real_load = torch.load
+    loads = []  # the weights files the kernel loads in the measured cell (as results load them)
+    real_load = results.load_weights
 
-    def counted_load(*args: Any, **kwargs: Any) -> Any:
-        loads.append(bool(kwargs.get("weights_only")))
-        return real_load(*args, **kwargs)
+    def counted_load(path: Path) -> Any:
+        loads.append(path)
+        return real_load(path)
 
-    torch.load = counted_load
+    results.load_weights = counted_load
     gc.collect()
     before = status("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM starts again from the resident memory now
@@ -89,7 +90,7 @@ def measure(case: str) -> dict[str, float]:
     warm_imports.wait()
     gc.collect()
     held = status("VmRSS")
-    return {"model": model_bytes, "peak": peak - before, "held": held - before, "loads": sum(loads)}
+    return {"model": model_bytes, "peak": peak - before, "held": held - before, "loads": len(loads)}
 
 
 def main() -> None:

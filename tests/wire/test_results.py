@@ -55,16 +55,18 @@ def test_a_rank_that_saved_nothing_has_no_result(tmp_path: Path) -> None:
     assert load_result(tmp_path, 0) is None
 
 
-def test_the_index_is_plain_json_and_module_weights_load_without_unpickling(tmp_path: Path) -> None:
+def test_the_index_is_plain_json_and_module_weights_load_without_unpickling(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     weights = ModuleWeights(torch.nn.Linear(3, 2).state_dict())
     save_result(RankResult(7, True, {"model": weights}), ResultPlaces(tmp_path), 0)
     record = json.loads(index_file(tmp_path, 0).read_text())
     assert [(part["key"], part["kind"]) for part in record["parts"]] == [("return:model", "weights"), ("value", "pickle")]  # weights first
     # Someone who can write the results replaces the weights with a pickle that runs code when loaded.
     weights_file = tmp_path / record["parts"][0]["file"]
+    assert weights_file.suffix == ".safetensors"
     torch.save({"weight": _RunsCode()}, weights_file)
-    with pytest.raises(ResultNotLoaded, match=r"could not be loaded \(UnpicklingError.*the file was kept there"):
+    with pytest.raises(ResultNotLoaded, match=r"could not be loaded \(SafetensorError: .*the file was kept there"):
         load_result(tmp_path, 0)
+    assert "this ran" not in capfd.readouterr().out
 
 
 def test_module_weights_keep_the_adapters_a_worker_added_in_the_json_index(tmp_path: Path) -> None:
@@ -115,6 +117,46 @@ def test_a_truncated_result_file_is_an_error_that_keeps_it(tmp_path: Path) -> No
     assert part.exists()
 
 
+def anonymous_bytes() -> int:
+    """This process's resident anonymous memory (what a file mapped into it does not count in)."""
+    line = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("RssAnon:"))
+    return int(line.split()[1]) * 1024
+
+
+def test_module_weights_load_mapped_from_their_file_not_copied_into_memory(tmp_path: Path) -> None:
+    weights = {f"layer{n}.weight": torch.full((1024, 1024), float(n)) for n in range(16)}  # 64 MiB
+    save_result(RankResult(returned={"model": ModuleWeights(weights)}), ResultPlaces(tmp_path), 0)
+    before = anonymous_bytes()
+    back = load_result(tmp_path, 0)
+    grown = anonymous_bytes() - before
+    assert back is not None
+    state = back.returned["model"].state_dict
+    assert list(state) == list(weights) and all(torch.equal(state[name], tensor) for name, tensor in weights.items())
+    assert grown < 8 << 20, f"loading 64 MiB of weights took {grown / 2**20:.0f} MiB of the kernel's memory"
+
+
+def test_a_tensor_under_two_names_is_sent_once_and_comes_back_under_both(tmp_path: Path) -> None:
+    embedding = torch.randn(1000, 256)  # 1 MB, tied to the head as Llama's and Gemma's embeddings are
+    sent = {"embed.weight": embedding, "head.weight": embedding, "head.bias": torch.zeros(1000)}
+    save_result(RankResult(returned={"model": ModuleWeights(sent)}), ResultPlaces(tmp_path), 0)
+    [part] = json.loads(index_file(tmp_path, 0).read_text())["parts"]
+    assert (tmp_path / part["file"]).stat().st_size < 1_500_000  # not two copies (2 MB)
+    back = load_result(tmp_path, 0)
+    assert back is not None
+    state = back.returned["model"].state_dict
+    assert list(state) == list(sent) and state["embed.weight"] is state["head.weight"]
+    assert torch.equal(state["head.weight"], embedding) and torch.equal(state["head.bias"], torch.zeros(1000))
+
+
+def test_weights_in_a_dtype_safetensors_lacks_still_come_back(tmp_path: Path) -> None:
+    sent = {"weight": torch.ones(2, 2, dtype=torch.complex64), "step": torch.tensor(3)}
+    save_result(RankResult(returned={"model": ModuleWeights(sent)}), ResultPlaces(tmp_path), 0)
+    back = load_result(tmp_path, 0, pickled=False)  # loaded with weights_only=True all the same
+    assert back is not None
+    state = back.returned["model"].state_dict
+    assert torch.equal(state["weight"], sent["weight"]) and torch.equal(state["step"], sent["step"])
+
+
 def test_the_size_estimate_counts_each_storage_once() -> None:
     tensor = torch.zeros(1_000_000)  # 4 MB
     model = torch.nn.Linear(1000, 1000)  # 4 MB of weights
@@ -157,7 +199,7 @@ def test_a_part_too_big_for_the_run_dir_goes_to_disk_and_comes_back(tmp_path: Pa
     assert found["value_back"] and found["weights_back"] and found["lost"] == [] and found["partials"] == []
     weights_file, value_file = found["files"]  # type: ignore[misc]
     assert value_file == str(tmp_path / "disk" / "result-0-1.pt")  # spilled: named by its path
-    assert weights_file == "result-0-0.pt"  # small: in the run dir, named relative to it
+    assert weights_file == "result-0-0.safetensors"  # small: in the run dir, named relative to it
 
 
 def test_a_part_no_place_can_hold_is_said_with_the_sizes_and_the_rest_comes_back(tmp_path: Path) -> None:

@@ -65,6 +65,16 @@ def test_returns_on_rank_0_modules_as_weights() -> None:
     assert result.missing == ("nope",)
 
 
+def test_returned_weights_are_the_modules_own_tensors_with_tied_ones_one_object() -> None:
+    # Copied to the host only as they are written (a tensor at a time); a tied tensor is then written once.
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10))
+    model[1].weight = model[0].weight
+    result = cell("model[1].bias.data.fill_(1.0)", {"model": model}, returns=("model",)).run(CONTEXT)
+    state = result.returned["model"].state_dict
+    assert list(state) == ["0.weight", "1.weight", "1.bias"]
+    assert state["0.weight"] is state["1.weight"] is model[0].weight and state["1.bias"] is model[1].bias
+
+
 def test_other_ranks_send_no_returns() -> None:
     other = WorkerContext(rank=1, world_size=2, device=torch.device("cpu"), devices_in_process=1)
     assert cell("x = 1", returns=("x",)).run(other) == RankResult()

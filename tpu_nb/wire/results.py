@@ -11,8 +11,14 @@ before it counts, and a part that no place could hold is said, with the
 sizes, never dropped. The value and each returned name are files of their
 own, so one value that cannot be pickled or stored loses nothing else.
 
-The index of a rank's parts is JSON, and module weights load with
-`weights_only=True`; only other values are unpickled, and only from a
+Module weights are a safetensors file, written a tensor at a time as each
+is copied from the device (the worker never holds a second whole copy of
+the model in host memory), each tied tensor once; the kernel maps it rather
+than reading it (a file in shared memory is the only copy until the weights
+are loaded into the notebook's module). A state dict safetensors cannot hold
+(a dtype it lacks, a value that is not a tensor) goes as the other values
+do, with `torch.save`, and loads with `weights_only=True`. The index of a
+rank's parts is JSON; only other values are unpickled, and only from a
 place the user trusts (`load_result(..., pickled=False)` otherwise).
 """
 
@@ -22,9 +28,10 @@ import json
 import os
 import pickle
 import shutil
+import struct
 import zipfile
 from collections import OrderedDict
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -83,7 +90,8 @@ class RankResult:
 
 @dataclass(frozen=True, slots=True)
 class ModuleWeights:
-    """A trained module's state dict (on CPU), to load into the notebook's module in place."""
+    """A trained module's state dict, to load into the notebook's module in place: in the worker, its tensors where
+    they are (tied ones one object under each name); in the kernel, on the CPU, mapped from the file they came in."""
 
     state_dict: dict[str, Any]
     adapters: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
@@ -119,15 +127,23 @@ class ResultNotLoaded(Exception):
 _VALUE = "value"
 
 
-def save_result(result: RankResult, places: ResultPlaces, rank: int) -> None:
-    """Write a rank's result, each part where it fits; a part that cannot be pickled becomes `NotTransferable`."""
+def on_host(tensor: Any) -> Any:
+    """A tensor on the host, contiguous (a worker passes its own way, faster for XLA tensors, to `save_result`)."""
+    return tensor.detach().cpu().contiguous()
+
+
+def save_result(result: RankResult, places: ResultPlaces, rank: int, to_host: Callable[[Any], Any] = on_host) -> None:
+    """Write a rank's result, each part where it fits; a part that cannot be pickled becomes `NotTransferable`.
+
+    Module weights are copied to the host with `to_host` a tensor at a time, as they are written.
+    """
     parts = {
         **({_VALUE: result.value} if result.has_value else {}),
         **{f"return:{name}": value for name, value in result.returned.items()},
     }
     # Trained weights first: when space is short, they are what must come back.
     order = sorted(parts, key=lambda key: not isinstance(parts[key], ModuleWeights))
-    index = [_save_part(key, to_cpu(parts[key]), places, f"result-{rank}-{number}.pt") for number, key in enumerate(order)]
+    index = [_save_part(key, parts[key], places, f"result-{rank}-{number}", to_host) for number, key in enumerate(order)]
     record = {"has_value": result.has_value, "missing": list(result.missing), "parts": index}
     write_atomically(index_file(places.run_dir, rank), json.dumps(record).encode())
 
@@ -178,8 +194,6 @@ def to_cpu(value: Any) -> Any:
         return value.cpu()
     if isinstance(value, torch.Tensor):
         return value.cpu() if value.device.type != "cpu" else value
-    if isinstance(value, ModuleWeights):
-        return ModuleWeights(to_cpu(value.state_dict), value.adapters)
     # Plain containers only: rebuilding a user's own container type could fail.
     if type(value) in (dict, OrderedDict):
         return type(value)((key, to_cpu(item)) for key, item in value.items())
@@ -193,28 +207,26 @@ def free_bytes(path: Path) -> int:
     return stats.f_bavail * stats.f_frsize
 
 
-def _save_part(key: str, value: Any, places: ResultPlaces, file_name: str) -> dict[str, Any]:
+def _save_part(key: str, value: Any, places: ResultPlaces, stem: str, to_host: Callable[[Any], Any]) -> dict[str, Any]:
     """Save one part in the first place with room; its index entry (what kind, where, or what each place said)."""
-    import torch
-
     weights = isinstance(value, ModuleWeights)
-    payload = dict(value.state_dict) if weights else value
-    size = estimated_bytes(payload)
+    writing = _writing(value, stem, to_host)
+    size, file_name = writing.size, writing.file_name
     free = {place: free_bytes(place) for place in places.all() if place.is_dir()}
     tried = {place: f"{place} ({format_bytes(room)} free)" for place, room in free.items()}
     for place in _by_room(free, size):
         path = place / file_name
-        partial = path.with_suffix(".partial")
+        partial = path.with_name(f"{stem}.partial")
         recorder: _WriteRecorder | None = None
         try:
             with partial.open("wb") as file:
                 recorder = _WriteRecorder(file)
-                torch.save(payload, cast(IO[bytes], recorder))  # all torch.save calls on it: write and flush
-            check_result_file(partial)
-        except (OSError, RuntimeError, zipfile.BadZipFile, pickle.PicklingError, TypeError, AttributeError) as error:
+                writing.write(cast(IO[bytes], recorder))
+            writing.check(partial)
+        except (OSError, RuntimeError, zipfile.BadZipFile, DamagedResultFile, pickle.PicklingError, TypeError, AttributeError) as error:
             partial.unlink(missing_ok=True)
             written_error = recorder.error if recorder is not None else None
-            if written_error is None and not isinstance(error, OSError | zipfile.BadZipFile):
+            if written_error is None and not isinstance(error, OSError | zipfile.BadZipFile | DamagedResultFile):
                 # Nothing failed to be written: the value itself cannot be pickled.
                 return {"key": key, "kind": "unpicklable", **_not_transferable(value, error)}
             tried[place] += f": {written_error or error}"
@@ -231,6 +243,36 @@ def _save_part(key: str, value: Any, places: ResultPlaces, file_name: str) -> di
             entry["adapters"] = {name: dict(config) for name, config in value.adapters.items()}  # JSON, like the index
         return entry
     return {"key": key, "kind": "lost", "bytes": size, "tried": list(tried.values())}
+
+
+@dataclass(frozen=True, slots=True)
+class _Writing:
+    """How one part is written: its file's name, the bytes it needs, what writes it and what checks it once written."""
+
+    file_name: str
+    size: int
+    write: Callable[[IO[bytes]], None]
+    check: Callable[[Path], None]
+
+
+def _writing(value: Any, stem: str, to_host: Callable[[Any], Any]) -> _Writing:
+    """Module weights as safetensors, streamed from the device; anything else (and weights safetensors cannot hold) pickled."""
+    import torch
+
+    if isinstance(value, ModuleWeights):
+        layout = weights_layout(value.state_dict)
+        if layout is not None:
+            return _Writing(
+                f"{stem}{WEIGHTS_SUFFIX}",
+                layout.size,
+                lambda file: write_weights(file, layout, to_host),
+                lambda path: check_weights_file(path, layout),
+            )
+        payload = {name: to_host(item) if isinstance(item, torch.Tensor) else to_cpu(item) for name, item in value.state_dict.items()}
+    else:
+        payload = to_cpu(value)
+    # torch.save calls only write and flush on the file it is given.
+    return _Writing(f"{stem}.pt", estimated_bytes(payload), lambda file: torch.save(payload, file), check_result_file)
 
 
 def _by_room(free: dict[Path, int], size: int) -> list[Path]:
@@ -271,6 +313,103 @@ def check_result_file(path: Path) -> None:
         raise zipfile.BadZipFile(f"{path.name} has no data.pkl")
     if any(entry.header_offset + entry.compress_size > size for entry in entries):
         raise zipfile.BadZipFile(f"{path.name} is cut short ({size} bytes)")
+
+
+WEIGHTS_SUFFIX = ".safetensors"
+_NAMES = "tpu_nb.names"
+"""The safetensors metadata entry naming, in the state dict's order, the tensor each key is (tied keys share one)."""
+_SAFETENSORS_DTYPES = {
+    "float64": "F64",
+    "float32": "F32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "bool": "BOOL",
+}
+
+
+class DamagedResultFile(ValueError):
+    """A result file just written does not hold what was written (a write cut short that the writer did not notice)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WeightsLayout:
+    """A state dict as a safetensors file: its header, then each distinct tensor's bytes in `tensors`' order."""
+
+    header: bytes  # the header's length (8 bytes, little-endian) and its JSON, padded to 8 bytes
+    tensors: tuple[Any, ...]
+    size: int  # the whole file's
+
+
+def weights_layout(state: Mapping[str, Any]) -> WeightsLayout | None:
+    """How `state` is laid out as a safetensors file (each tensor object once, however many keys name it), from its
+    tensors' shapes and dtypes alone (nothing is read from a device); None if safetensors cannot hold it."""
+    import torch
+
+    stored: dict[int, str] = {}  # id of a tensor -> the name it is stored under (its first key)
+    tensors: dict[str, Any] = {}
+    for key, tensor in state.items():
+        if (
+            key == "__metadata__"
+            or not isinstance(tensor, torch.Tensor)
+            or tensor.layout != torch.strided
+            or str(tensor.dtype).removeprefix("torch.") not in _SAFETENSORS_DTYPES
+        ):
+            return None
+        if id(tensor) not in stored:
+            stored[id(tensor)] = key
+            tensors[key] = tensor
+    # Wider elements first, as safetensors itself orders them: every tensor then starts at a multiple of its element size.
+    order = sorted(tensors, key=lambda key: -tensors[key].element_size())
+    header: dict[str, Any] = {
+        "__metadata__": {"format": "pt", _NAMES: json.dumps({key: stored[id(tensor)] for key, tensor in state.items()})}
+    }
+    offset = 0
+    for name in order:
+        tensor = tensors[name]
+        end = offset + tensor.numel() * tensor.element_size()
+        header[name] = {
+            "dtype": _SAFETENSORS_DTYPES[str(tensor.dtype).removeprefix("torch.")],
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, end],
+        }
+        offset = end
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return WeightsLayout(struct.pack("<Q", len(text)) + text, tuple(tensors[name] for name in order), 8 + len(text) + offset)
+
+
+def write_weights(file: IO[bytes], layout: WeightsLayout, to_host: Callable[[Any], Any]) -> None:
+    """Write a safetensors file a tensor at a time: each copied to the host, written, let go before the next."""
+    import torch
+
+    file.write(layout.header)
+    for tensor in layout.tensors:
+        file.write(memoryview(to_host(tensor).reshape(-1).view(torch.uint8).numpy()))
+
+
+def check_weights_file(path: Path, layout: WeightsLayout) -> None:
+    """A weights file just written is whole: its size and its header are what `layout` says."""
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        header = file.read(len(layout.header))
+    if size != layout.size or header != layout.header:
+        raise DamagedResultFile(f"{path.name} holds {size:,} bytes, not the {layout.size:,} written")
+
+
+def load_weights(path: Path) -> dict[str, Any]:
+    """A state dict from a weights file, mapped (not read into memory): the tensors are the file's pages until
+    copied into a module. Tied keys share one tensor again."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt", device="cpu") as file:
+        names: dict[str, str] = json.loads((file.metadata() or {})[_NAMES])
+        stored = {name: file.get_tensor(name) for name in dict.fromkeys(names.values())}
+    return {key: stored[name] for key, name in names.items()}
 
 
 def estimated_bytes(value: Any) -> int:
@@ -314,9 +453,14 @@ def _load_part(directory: Path, part: dict[str, Any], pickled: bool) -> Any:
         return NotTransferable(
             "pickled value", f"<{_part_name(part['key'])}, not loaded>", f"it is pickled, and {directory} is not a place you named as yours"
         )
+    from safetensors import SafetensorError
+
     try:
-        loaded = torch.load(path, map_location="cpu", weights_only=kind == "weights")
-    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError, MemoryError) as error:
+        if path.suffix == WEIGHTS_SUFFIX:
+            loaded = load_weights(path)
+        else:
+            loaded = torch.load(path, map_location="cpu", weights_only=kind == "weights")
+    except (OSError, RuntimeError, ValueError, KeyError, EOFError, pickle.UnpicklingError, MemoryError, SafetensorError) as error:
         raise ResultNotLoaded(path, error) from None
     return ModuleWeights(loaded, MappingProxyType(part.get("adapters", {}))) if kind == "weights" else loaded
 

@@ -119,10 +119,14 @@ def is_module(value: Any) -> bool:
 
 
 def module_weights(module: Any) -> ModuleWeights:
-    """The module's full weights on the CPU (a sharded tensor's `.cpu()` gathers its shards), and the PEFT adapters
-    added to it in place, if any (a TRL trainer given `peft_config` adds them to the model it was handed)."""
+    """The module's weights where they are, each tied tensor one object under all its names, and the PEFT adapters
+    added to it in place, if any (a TRL trainer given `peft_config` adds them to the model it was handed).
+
+    Nothing is copied here: `save_result` copies them to the host a tensor at a time as it writes them (a sharded
+    tensor's shards gathered), so the worker never holds a second whole copy of the model in host memory.
+    """
     materialise_pending()
-    weights = {unwrapped_key(key): tensor.cpu() for key, tensor in module.state_dict().items()}
+    weights = {unwrapped_key(key): tensor for key, tensor in module.state_dict(keep_vars=True).items()}
     return ModuleWeights(weights, MappingProxyType(peft_adapters(module)))
 
 

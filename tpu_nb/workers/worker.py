@@ -28,7 +28,7 @@ from tpu_nb.workers.doctor.torch_tpu_doctor import TRACE_DIRECTORY, TorchTpuDoct
 from tpu_nb.workers.printed_output import capture_output, flush_output, thread_rank
 from tpu_nb.workers.programs import Program, WorkerContext
 from tpu_nb.workers.progress_bars import text_bars
-from tpu_nb.workers.read_back import materialise_pending
+from tpu_nb.workers.read_back import host_copy, materialise_pending
 from tpu_nb.workers.stalls.stack_dumps import arm_stack_dumps
 from tpu_nb.workers.stalls.watchdog import StepWatchdog
 from tpu_nb.workers.tracebacks import format_user_traceback
@@ -138,7 +138,7 @@ def _run(payload: WorkerPayload, context: WorkerContext, workers: int, device_la
     reporter.final_checkup()
     if rank == 0 or payload.all_results:
         materialise_pending()  # one graph for all pending work, before anything is read back
-        save_result(result, payload.places, rank)
+        save_result(result, payload.places, rank, to_host=host_copy)
     flush_output()
     payload.writer.send(WorkerFinished(rank))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from tpu_nb.kernel.trials.spec import parse_trials
 from tpu_nb.kernel.trials.sweep import TrialOutcome
 from tpu_nb.kernel.trials.sweep_result import SweepResult, hand_back_sweep
 from tpu_nb.kernel.trials.sweep_returns import HeldReturns, came_back
+from tpu_nb.wire import results
 from tpu_nb.wire.results import Lost, ModuleWeights, RankResult
 
 LOSS = MetricChoice("loss", larger_is_better=False)
@@ -42,21 +44,19 @@ class Load:
 
 @pytest.fixture
 def weights_loaded(monkeypatch: pytest.MonkeyPatch) -> list[Load]:
-    """Every file of module weights the kernel loads (torch.load with weights_only, as results load them), as it loads it."""
+    """Every file of module weights the kernel loads (as results load them), as it loads it."""
     monkeypatch.setenv("CPU_NUM_DEVICES", "4")  # three trials side by side, a world of one each
     loads: list[Load] = []
     tensors: list[weakref.ref[torch.Tensor]] = []
-    real = torch.load
+    real = results.load_weights
 
-    def noting(file: Any, *args: Any, **kwargs: Any) -> Any:
-        if not kwargs.get("weights_only"):
-            return real(file, *args, **kwargs)
-        loads.append(Load(str(file), sum(tensor() is not None for tensor in tensors)))
-        loaded = real(file, *args, **kwargs)
+    def noting(path: Path) -> dict[str, Any]:
+        loads.append(Load(str(path), sum(tensor() is not None for tensor in tensors)))
+        loaded = real(path)
         tensors.extend(weakref.ref(tensor) for tensor in loaded.values())
         return loaded
 
-    monkeypatch.setattr(torch, "load", noting)
+    monkeypatch.setattr(results, "load_weights", noting)
     return loads
 
 

@@ -114,6 +114,35 @@ def test_a_checkpoint_of_the_starting_weights_fails_its_check_and_the_previous_o
     assert newest is not None and newest.step == 2
 
 
+def tied_model() -> torch.nn.Module:
+    """An embedding tied to the output layer, as Llama 3.2's and Gemma's are: 1 MB of weights under two names."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(1000, 256), torch.nn.Linear(256, 1000))
+    model[1].weight = model[0].weight
+    return model
+
+
+def test_a_tied_weight_is_saved_once_checked_and_resumed_tied(tmp_path: Path) -> None:
+    writer = RecordingWriter()
+    checkpointer = Checkpointer(CheckpointPlan(str(tmp_path), Every(steps=3), 2), writer, WORLD)
+    model = tied_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    checkpointer.track({"model": model, "optimizer": optimizer}, rank=0)
+    history = train(model, optimizer, range(1))
+    checkpointer.save(0, history)
+    checkpointer.wait()
+    [saved] = [event for event in writer.sent if isinstance(event, CheckpointSaved)]
+    state_bytes = 1000 * 256 * 4 + 1000 * 4
+    assert saved.verified, saved.problem
+    assert saved.size < 1.1 * state_bytes, f"{saved.size:,} bytes on disk for a state of {state_bytes:,}"
+    newest = newest_verified(str(tmp_path))
+    assert newest is not None
+    resumed = Checkpointer(CheckpointPlan(str(tmp_path), Every(steps=3), 2, newest.path), RecordingWriter(), WORLD)
+    again = tied_model()
+    resumed.track({"model": again, "optimizer": torch.optim.SGD(again.parameters(), lr=0.1)}, rank=0)
+    assert again[1].weight is again[0].weight and torch.equal(again[0].weight, model[0].weight)
+
+
 def test_a_checkpoint_cut_short_is_found_and_never_counted(tmp_path: Path) -> None:
     checkpointer, _writer, model, optimizer = new_run(tmp_path)
     checkpointer.track({"model": model}, rank=0)

@@ -22,10 +22,12 @@ import pickle
 import re
 import struct
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import IO, Any
+
+from tpu_nb.workers.read_back import host_copy
 
 TENSOR_FILES = (".safetensors", ".pt", ".pth", ".bin")
 NEVER_LOADED = frozenset({"training_args.bin"})
@@ -113,10 +115,12 @@ def _what_was_refused(error: pickle.UnpicklingError) -> str:
 
 
 def checksum(tensor: Any) -> str:
-    """The digest of a tensor's bytes (on the host, contiguous) and its shape; hashed where it lies, without a copy."""
+    """The digest of a tensor's bytes (on the host, contiguous) and its shape; a host tensor hashed where it lies,
+    without a copy, a device's copied to the host first."""
     import torch
 
-    contiguous = tensor.detach().cpu().contiguous()
+    detached = tensor.detach()
+    contiguous = detached.contiguous() if detached.device.type == "cpu" else host_copy(detached)
     return hashlib.sha256(contiguous.view(-1).view(torch.uint8).numpy()).hexdigest() + str(tuple(contiguous.shape))
 
 
@@ -164,6 +168,20 @@ def _resident_bytes() -> int | None:
 
 def tensor_bytes(tensor: Any) -> int:
     return int(tensor.numel()) * int(tensor.element_size())
+
+
+def distinct(named: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+    """Each tensor object once, under the first of its names (a tied embedding is one tensor under two)."""
+    seen: set[int] = set()
+    for name, tensor in named:
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            yield name, tensor
+
+
+def unique_tensors(value: Any) -> list[Any]:
+    """The tensors in a nested state, each object once."""
+    return [tensor for _name, tensor in distinct(flat_tensors(value))]
 
 
 def flat_tensors(value: Any, name: str = "") -> Iterator[tuple[str, Any]]:

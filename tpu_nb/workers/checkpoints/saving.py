@@ -57,9 +57,18 @@ from tpu_nb.workers.checkpoints.checks import (
     parameter_shapes,
     saved_checksums,
 )
-from tpu_nb.workers.checkpoints.contents import FreedMemoryReturned, checksum, flat_tensors, load_safely, tensor_bytes
+from tpu_nb.workers.checkpoints.contents import (
+    FreedMemoryReturned,
+    checksum,
+    distinct,
+    flat_tensors,
+    load_safely,
+    tensor_bytes,
+    unique_tensors,
+)
 from tpu_nb.workers.checkpoints.files import Staged, local_copy, prune, remove_copy, upload_record_last
 from tpu_nb.workers.checkpoints.xla_seed import seed_kept
+from tpu_nb.workers.read_back import host_copy
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +250,7 @@ class Checkpointer:
 
         state, self._pending = self._pending, None
         assert state is not None
-        expected = {name: checksum(tensor) for name, tensor in flat_tensors(state)}
+        expected = {name: checksum(tensor) for name, tensor in distinct(flat_tensors(state))}  # each stored once
         # From the copy: the model itself is the training thread's (reading it here, mid-step, fails on XLA).
         parameters = {key: list(tensor.shape) for key, tensor in state["objects"].get("model", {}).items()}
         with Staged(self.plan.directory, taken.step) as staging:
@@ -351,32 +360,35 @@ def thinned(history: list[tuple[int | None, dict[str, float]]]) -> list[tuple[in
 
 
 def _cpu_states(objects: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy in host memory of every tracked object's state (the model's under its own names), which training cannot touch."""
+    """A copy in host memory of every tracked object's state (the model's under its own names), which training cannot
+    touch; a tensor under several names (a tied embedding) is copied once and saved once."""
     from tpu_nb.workers.read_back import unwrapped_key
 
     states = {}
     for name, value in objects.items():
-        state = value.state_dict()
         if name == "model":
-            state = {unwrapped_key(key): tensor for key, tensor in state.items()}
-        states[name] = state
-    returned = FreedMemoryReturned(sum(tensor_bytes(tensor) for _name, tensor in flat_tensors(states)))
-    copied: dict[str, Any] = _host_copy(states, returned)
+            # The tensors themselves (not detached ones, each its own object): tied names are then one object.
+            states[name] = {unwrapped_key(key): tensor for key, tensor in value.state_dict(keep_vars=True).items()}
+        else:
+            states[name] = value.state_dict()
+    returned = FreedMemoryReturned(sum(tensor_bytes(tensor) for tensor in unique_tensors(states)))
+    copied: dict[str, Any] = _host_copy(states, returned, {})
     return copied
 
 
-def _host_copy(value: Any, returned: FreedMemoryReturned) -> Any:
-    """`value` with every tensor copied to host memory: a copy even of a CPU tensor, which the next step would change."""
+def _host_copy(value: Any, returned: FreedMemoryReturned, copies: dict[int, Any]) -> Any:
+    """`value` with every tensor copied to host memory: a copy even of a CPU tensor, which the next step would change;
+    one copy of a tensor found more than once (`copies`: by the tensor's id)."""
     if hasattr(value, "detach") and hasattr(value, "numpy"):
-        # In storage of its own, contiguous: the bytes the file stores for it are its own, in order (what is checked).
-        # (Asking `to` for contiguous_format instead copies every tensor from an XLA device twice: measured.)
-        copy = value.detach().to("cpu", copy=True)
-        returned.copied(tensor_bytes(copy))
-        return copy if copy.is_contiguous() else copy.contiguous()
+        if id(value) not in copies:
+            # In storage of its own, contiguous: the bytes the file stores for it are its own, in order (what is checked).
+            copies[id(value)] = host_copy(value)
+            returned.copied(tensor_bytes(value))
+        return copies[id(value)]
     if isinstance(value, dict):  # dict and OrderedDict (a state dict) rebuild from pairs
-        return type(value)((key, _host_copy(item, returned)) for key, item in value.items())
+        return type(value)((key, _host_copy(item, returned, copies)) for key, item in value.items())
     if type(value) in (list, tuple):
-        return type(value)(_host_copy(item, returned) for item in value)
+        return type(value)(_host_copy(item, returned, copies) for item in value)
     return value
 
 
