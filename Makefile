@@ -119,8 +119,8 @@ $(IMAGE_TESTS): test-image-%: install .venv-%/.image-installed
 # tests/conftest.py keeps out of every other run; TORCH_DEVICE_BACKEND_AUTOLOAD=0 keeps torch_tpu out of
 # pytest's own process, as %load_ext tpu_nb does in a notebook's. The venv takes about 7 GB: PyPI's torch
 # 2.14.1 is the CUDA build, which does not import without its nvidia-* libraries.
-TORCH_TPU_TESTS := tests/kernel/test_torch_tpu_runs.py tests/kernel/tpu/test_torch_tpu_guard.py tests/workers/test_chip_ranks.py \
-	tests/workers/test_reporting.py tests/workers/test_device_readings.py tests/workers/doctor/test_torch_tpu_readings.py tests/runtime/test_tpu_software.py tests/torch_tpu_env
+TORCH_TPU_TESTS := tests/kernel/test_torch_tpu_runs.py tests/kernel/tpu/test_torch_tpu_guard.py tests/workers/processes/test_chip_ranks.py \
+	tests/workers/cell_api/test_reporting.py tests/workers/readings/test_device_readings.py tests/workers/doctor/test_torch_tpu_readings.py tests/runtime/test_tpu_software.py tests/torch_tpu_env
 
 test-torch-tpu: install .venv-torch-tpu/.image-installed
 	$(PYTHON) scripts/compat_env.py install torch-tpu

@@ -108,7 +108,7 @@ def save_memory(steps: int, layers: int, width: int) -> list[dict[str, float]]:
     import torch
     import torch_xla
 
-    from tpu_nb.workers import reporting
+    from tpu_nb.workers.cell_api import reporting
 
     device = torch_xla.device()
     torch.manual_seed(0)

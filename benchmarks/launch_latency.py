@@ -30,7 +30,7 @@ PAUSE_SECONDS = 5
 
 CLOCK = """
 import json, time, torch
-import tpu_nb.kernel.run.processes as processes, tpu_nb.workers.supervisor as supervisor
+import tpu_nb.kernel.run.processes as processes, tpu_nb.workers.processes.supervisor as supervisor
 MARKS = {}
 def _cell_started(*args):
     MARKS.clear()

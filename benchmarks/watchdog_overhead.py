@@ -27,7 +27,7 @@ def train() -> tuple[float, float]:
     import torch_xla
     import torch_xla.core.xla_model as xm
 
-    from tpu_nb.workers import reporting
+    from tpu_nb.workers.cell_api import reporting
 
     reporter = reporting.current()
     assert reporter is not None

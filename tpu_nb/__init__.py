@@ -66,28 +66,28 @@ declare("launch", launch)
 
 
 def report(step: int | None = None, loss: Any = None, **metrics: Any) -> None:
-    """Send training progress from a worker (rate-limited: call it every step); see `tpu_nb.workers.reporting.report`.
+    """Send training progress from a worker (rate-limited: call it every step); see `tpu_nb.workers.cell_api.reporting.report`.
 
     Besides `loss` and other metrics (numbers or tensors, read after the step
     has run), `max_steps`, `epoch`, `batch_size`, and `tokens` and `samples`:
     this rank's counts in this step (numbers or tensors, summed on the
     device), for tokens/s, samples/s and MFU.
     """
-    from tpu_nb.workers.reporting import report as _report
+    from tpu_nb.workers.cell_api.reporting import report as _report
 
     _report(step=step, loss=loss, **metrics)
 
 
 def in_worker() -> bool:
     """True inside a tpu_nb worker (a `%%tpu_train` cell, a function given to `launch`), False in the notebook."""
-    from tpu_nb.workers.reporting import in_worker as _in_worker
+    from tpu_nb.workers.cell_api.reporting import in_worker as _in_worker
 
     return _in_worker()
 
 
 # Imported on first use, to keep `import tpu_nb` cheap: name -> module.
 _LAZY = {
-    "StopTraining": "tpu_nb.workers.reporting",
+    "StopTraining": "tpu_nb.workers.cell_api.reporting",
     "BackgroundRun": "tpu_nb.kernel.run.background",
     "LaunchRefused": "tpu_nb.kernel.endings.notebook_errors",
     "NotReturned": "tpu_nb.kernel.endings.notebook_errors",

@@ -29,7 +29,7 @@ def track(**objects: Any) -> int:
     Each must have `state_dict()` and `load_state_dict()`, or `TypeError` says which does not, at once (not at the first save).
     """
     _check_trackable(objects)
-    from tpu_nb.workers import reporting
+    from tpu_nb.workers.cell_api import reporting
 
     reporter = reporting.current()
     if reporter is None or reporter.checkpointer is None:
@@ -64,7 +64,7 @@ def skip(batches: Iterable[T], steps: int) -> Iterator[T]:
     (a seeded generator or sampler), or the data differs.
     """
     if steps:
-        from tpu_nb.workers import reporting
+        from tpu_nb.workers.cell_api import reporting
 
         reporter = reporting.current()
         if reporter is not None:

@@ -24,7 +24,7 @@ from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.run.followed_run import run_in_foreground
 from tpu_nb.kernel.run.local_run import Run
 from tpu_nb.wire.events import Event, Heartbeat, Stopping, WorkerStarted
-from tpu_nb.workers.programs import FunctionProgram
+from tpu_nb.workers.processes.programs import FunctionProgram
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from tpu_nb.kernel.run.followed_run import run_in_foreground
 from tpu_nb.kernel.run.local_run import Run
 from tpu_nb.wire.checkpoints import list_checkpoints
 from tpu_nb.wire.events import Event, Heartbeat, Progress, Stopping, WorkerStarted
-from tpu_nb.workers.programs import FunctionProgram
+from tpu_nb.workers.processes.programs import FunctionProgram
 
 
 @pytest.fixture
@@ -323,7 +323,7 @@ def test_a_rank_whose_stack_cannot_start_says_why_like_an_error_in_the_cell(torc
 
     from support import torch_tpu_stand_in
 
-    from tpu_nb.workers import chip_ranks
+    from tpu_nb.workers.processes import chip_ranks
 
     def load_a_missing_library() -> None:
         importlib.import_module("torch_tpu_that_is_not_there")

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tpu_nb.basics.signals import Delivery, Target, send_signal
 from tpu_nb.runtime import SystemView
-from tpu_nb.runtime.signals import Delivery, Target, send_signal
 
 KERNEL_MARK = "JPY_PARENT_PID"
 """What jupyter_client puts in every kernel's environment (its launcher, on POSIX), so in everything a cell starts."""

@@ -24,9 +24,9 @@ from support.platforms import MakeSystem
 from tpu_nb.kernel.run import local_run
 from tpu_nb.kernel.trials import sweep_start
 from tpu_nb.runtime import RuntimeInfo, detect
-from tpu_nb.workers import chip_ranks
-from tpu_nb.workers.chip_ranks import ChipStack
-from tpu_nb.workers.device_readings import CompileReading
+from tpu_nb.workers.processes import chip_ranks
+from tpu_nb.workers.processes.chip_ranks import ChipStack
+from tpu_nb.workers.readings.device_readings import CompileReading
 
 TORCH_TPU_PACKAGES = {"torch": "2.14.1", "torch_xla": None, "torch-tpu": "0.2.0", "libtpu": "0.0.52"}
 MODE_SEEN = "TPU_NB_STAND_IN_MODE"

@@ -29,7 +29,7 @@ initialised = []
 real_init = _loader._init_device
 _loader._init_device = lambda device: initialised.append(device) or real_init(device)
 
-from tpu_nb.workers.chip_ranks import TORCH_TPU, ChipRun, chip_port, place_rank, rank_environment, start_rank
+from tpu_nb.workers.processes.chip_ranks import TORCH_TPU, ChipRun, chip_port, place_rank, rank_environment, start_rank
 
 run = ChipRun.plan(TORCH_TPU, "v6e", {chips}, "eager")
 chip_ports = tuple(chip_port() for _ in range({chips}))  # what the ranks agree on through their store

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tpu_nb.basics.units import UnitError
 from tpu_nb.wire.checkpoints import RECORD, CheckpointError, CheckpointRecord, Every, list_checkpoints, newest_verified
-from tpu_nb.wire.units import UnitError
 
 
 def record(step: int, verified: bool = True) -> CheckpointRecord:

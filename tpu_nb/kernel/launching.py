@@ -16,7 +16,7 @@ from tpu_nb.kernel.run.followed_run import RunObserver, run_in_foreground
 from tpu_nb.kernel.run.local_run import Run
 from tpu_nb.kernel.trials.sweep_start import plan_sweep, run_sweep
 from tpu_nb.wire.results import NotTransferable, RankResult
-from tpu_nb.workers.programs import FunctionProgram
+from tpu_nb.workers.processes.programs import FunctionProgram
 
 
 def launch(fn: Callable[..., Any], *args: Any, **options: Any) -> Any:

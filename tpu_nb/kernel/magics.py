@@ -44,7 +44,7 @@ from tpu_nb.kernel.trials.sweep_start import plan_sweep, run_sweep
 from tpu_nb.runtime import RuntimePanel, SystemView, detect
 from tpu_nb.runtime.system import installed_version
 from tpu_nb.wire.run_directory import Cell
-from tpu_nb.workers.programs import CellProgram, compile_cell
+from tpu_nb.workers.processes.programs import CellProgram, compile_cell
 
 
 def declared_arguments(surface: Surface) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

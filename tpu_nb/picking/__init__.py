@@ -1,9 +1,10 @@
 """The fine-tuning picker: choose a model, a dataset and hyperparameters in a widget.
 
-It checks the choice as you go (every problem at once), previews what the
-model will see, then inserts a ready training cell or trains in place.
-Importing this package is cheap: ipywidgets and the recipes' libraries are
-imported when a picker is made, because every TPU worker imports tpu_nb.
+It checks the choice as you go (every problem at once, `form`), previews
+what the model will see (`preview`), takes uploaded files (`uploads`), then
+inserts a ready training cell or trains in place (`actions`). Importing this
+package is cheap: ipywidgets and the recipes' libraries are imported when a
+picker is made (`widget`), because every TPU worker imports tpu_nb.
 """
 
 from __future__ import annotations

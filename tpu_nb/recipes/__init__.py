@@ -9,6 +9,12 @@
 Importing this package is cheap (stdlib only): torch, transformers and
 datasets are imported when a function needs them, because every TPU worker
 imports tpu_nb.
+
+Modules: `config` (TrainConfig), `validation` (check, with `facts` gathered from
+disk and the runtime, `sources` and `local_models` telling where things come
+from, `hub` whether it answers), `memory` (the estimate), `preparation`
+(prepare: `models`, `data`, `labels`, `demo_data`), `training` (the worker's
+part), `metrics`, `codegen` (code_for: a ready cell).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpu_nb.basics.units import format_bytes
 from tpu_nb.recipes.config import TrainConfig
-from tpu_nb.wire.units import format_bytes
 
 GIB = 2**30
 

@@ -2,7 +2,9 @@
 
 `system` reads the machine, `detect` probes it into `info`'s types,
 `problems` judges them (one rule per problem), `versions` holds the version
-and install policy, `panel` shows it all. Stdlib only: workers import
+and install policy, `tpu_software` which TPU stack `%%tpu_train` uses,
+`peaks` each generation's peak compute, `device_holders` who holds the
+TPU's device files, and `panel` shows it all. Stdlib only: workers import
 tpu_nb, so this must not pull in torch, torch_xla, IPython or ipywidgets.
 """
 

@@ -6,8 +6,7 @@ one atomic write (`limits`); a local run's graceful stop request
 (`shared_memory_stop`); the plan for the workers' environment
 (`environment`) and mesh (`mesh`); the results a run leaves behind
 (`results`), a worker's exception (`worker_exceptions`) and the
-supervisor's report (`supervisor_report`), each file written whole
-(`atomic_write`); a pod run's directory (`run_directory`, its stop file too); the
+supervisor's report (`supervisor_report`); a pod run's directory (`run_directory`, its stop file too); the
 watchdog's setting and stack reports (`stacks`); the checkpoint
 format (`checkpoints`); durations and sizes read and written (`units`);
 and where a run's files go (`locations`). Imported by both sides, it

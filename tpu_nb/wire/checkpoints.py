@@ -19,7 +19,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tpu_nb.wire.units import format_duration, parse_duration
+from tpu_nb.basics.units import format_duration, parse_duration
 
 RECORD = "tpu_nb.json"
 LOOP_STATE = "state.pt"

@@ -37,9 +37,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO, Any, cast
 
-from tpu_nb.wire.atomic_write import write_atomically
+from tpu_nb.basics.atomic_write import write_atomically
+from tpu_nb.basics.units import format_bytes
 from tpu_nb.wire.limits import cap_text
-from tpu_nb.wire.units import format_bytes
 
 ROOM_TO_SPARE = 16 << 20
 """Bytes a place keeps free after a result is written there (other processes use shared memory too)."""

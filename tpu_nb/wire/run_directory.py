@@ -10,7 +10,7 @@
 
 The notebook writes the directory (`tpu_nb.kernel.pod.program`), copies it
 to the hosts and writes `stop` and `stacks-request` there through gcloud or
-kubectl; each host's `train.py` (`tpu_nb.workers.pod_host`) reads the manifest,
+kubectl; each host's `train.py` (`tpu_nb.workers.processes.pod_host`) reads the manifest,
 watches for those requests and writes `host.pgid` and `results/`.
 """
 

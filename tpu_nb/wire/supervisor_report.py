@@ -12,7 +12,7 @@ import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tpu_nb.wire.atomic_write import write_atomically
+from tpu_nb.basics.atomic_write import write_atomically
 
 _REPORT = "supervisor.pkl"
 _IMPORTED_MODULES = "imported-modules.json"

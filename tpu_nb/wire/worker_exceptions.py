@@ -12,7 +12,7 @@ import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpu_nb.wire.atomic_write import write_atomically
+from tpu_nb.basics.atomic_write import write_atomically
 from tpu_nb.wire.limits import cap_text
 
 MAX_MESSAGE_BYTES = 16 << 10

@@ -10,7 +10,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from tpu_nb.kernel.notebook.adapters import adapters_to_add, add_adapters, describe
-from tpu_nb.workers.programs import peft_adapters
+from tpu_nb.workers.processes.programs import peft_adapters
 
 IDS = torch.tensor([[1, 2, 3, 4, 5]])
 

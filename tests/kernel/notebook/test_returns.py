@@ -9,7 +9,7 @@ import torch
 
 from tpu_nb.kernel.notebook.returns import apply_returns, bindings
 from tpu_nb.wire.results import ModuleWeights, NotTransferable, RankResult
-from tpu_nb.workers.programs import compile_cell
+from tpu_nb.workers.processes.programs import compile_cell
 
 
 def test_the_trailing_expression_is_compiled_apart() -> None:

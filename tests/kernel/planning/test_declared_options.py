@@ -18,7 +18,7 @@ from tpu_nb.kernel.planning.declared_options import OPTION_NAMED, OPTIONS, check
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.slice_checks import PodTarget
 from tpu_nb.runtime.info import STACK_NAMES
-from tpu_nb.workers.chip_ranks import EXECUTION_MODES
+from tpu_nb.workers.processes.chip_ranks import EXECUTION_MODES
 
 
 def _magic_actions() -> dict[str, argparse.Action]:

@@ -99,7 +99,7 @@ def test_the_archive_holds_the_run_without_its_results(tmp_path: Path) -> None:
     (run.path / "results").mkdir()
     (run.path / "results" / "result-0.json").write_text("old")
     names = tarfile.open(fileobj=io.BytesIO(archive(run))).getnames()
-    assert "./train.py" in names and "./manifest.json" in names and "./tpu_nb/workers/pod_host.py" in names
+    assert "./train.py" in names and "./manifest.json" in names and "./tpu_nb/workers/processes/pod_host.py" in names
     assert not any(name.startswith("./results") or "__pycache__" in name for name in names)
 
 

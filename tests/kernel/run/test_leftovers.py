@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tpu_nb.basics.owners import Owner, this_process
 from tpu_nb.kernel.run.leftovers import private_directory
-from tpu_nb.runtime.owners import Owner, this_process
 
 
 def a_dead_pid() -> int:

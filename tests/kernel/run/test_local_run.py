@@ -13,7 +13,7 @@ from tpu_nb.kernel.history.log import LOG_FILE, read_log
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.run.followed_run import run_in_foreground
 from tpu_nb.kernel.run.local_run import Run
-from tpu_nb.workers.programs import FunctionProgram
+from tpu_nb.workers.processes.programs import FunctionProgram
 
 
 def test_building_a_run_starts_nothing_and_shows_nothing(capsys: pytest.CaptureFixture[str]) -> None:

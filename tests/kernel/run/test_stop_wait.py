@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tpu_nb.basics.units import format_duration
 from tpu_nb.kernel.run.stop_wait import MARGIN, PHASE_CEILING, PHASE_FIRST, PHASE_MARGIN, PHASE_SLACK, StopClock
 from tpu_nb.wire.checkpoints import CheckpointPlan, Every
 from tpu_nb.wire.events import CheckpointSaved, Heartbeat, Progress, WorkerStarted
-from tpu_nb.wire.units import format_duration
 
 
 def heartbeat(rank: int, step: int | None, phase: str = "train", compiling: float | None = None) -> Heartbeat:

@@ -20,7 +20,7 @@ def test_only_modules_the_kernel_lacks_are_imported_and_never_torch_xlas_or_tpu_
         "torch_xla",
         "torch_xla.core.xla_model",
         "_XLAC",
-        "tpu_nb.workers.pod_host",
+        "tpu_nb.workers.processes.pod_host",
         "__mp_main__",
         "no_such_module_here",
     ]

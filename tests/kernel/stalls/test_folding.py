@@ -30,7 +30,7 @@ def cell_source() -> Iterator[None]:
 
 def frames() -> tuple[Frame, ...]:
     return (
-        Frame("run_worker", f"{TPU_NB}/workers/worker.py", 60),
+        Frame("run_worker", f"{TPU_NB}/workers/processes/worker.py", 60),
         Frame("<module>", CELL, 4),
         Frame("optimizer_step", f"{SITE}/torch_xla/core/xla_model.py", 1250),
         Frame("all_reduce", f"{SITE}/torch_xla/core/xla_model.py", 512),
@@ -55,7 +55,7 @@ def test_a_rank_stopped_on_its_own_line_waits_in_nothing_else() -> None:
 
 
 def test_a_process_s_threads_are_told_apart_by_rank_and_its_own_helpers_hidden() -> None:
-    heartbeat = ThreadStack(7, (Frame("_beat", f"{TPU_NB}/workers/reporting.py", 120), Frame("sleep", f"{SITE}/x.py", 1)))
+    heartbeat = ThreadStack(7, (Frame("_beat", f"{TPU_NB}/workers/cell_api/reporting.py", 120), Frame("sleep", f"{SITE}/x.py", 1)))
     loader = ThreadStack(8, (Frame("_pin_memory_loop", f"{SITE}/torch/utils/data/_utils/pin_memory.py", 50),))
     rank_threads = (ThreadStack(5, frames()), ThreadStack(6, frames()[:2]))
     places = fold_process(ProcessStacks(99, (*rank_threads, heartbeat, loader)), {5: 0, 6: 1}, {0: 3, 1: 4})
@@ -69,7 +69,7 @@ def test_standard_library_files_are_named_without_their_installation() -> None:
 
 def in_a_function(*calls: Frame) -> tuple[Frame, ...]:
     """A rank's thread in cell 5's code at line 3 (`loss = model(batch)` stands for the call), then in `calls`."""
-    return (Frame("run_worker", f"{TPU_NB}/workers/worker.py", 60), Frame("<module>", CELL, 3), *calls)
+    return (Frame("run_worker", f"{TPU_NB}/workers/processes/worker.py", 60), Frame("<module>", CELL, 3), *calls)
 
 
 def test_a_rank_in_a_function_of_its_cell_names_the_chain_of_cell_lines_as_a_traceback_would() -> None:

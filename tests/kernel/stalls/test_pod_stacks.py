@@ -19,7 +19,7 @@ THREAD = 0x7F00
 
 def dump(line: int, tpu_nb_frame: bool = True) -> str:
     """faulthandler's text for a rank's thread in cell In [2] (and a heartbeat thread in tpu_nb's copy on the host)."""
-    heartbeat = '\nThread 0x0000000000000001 (most recent call first):\n  File "<tpu_nb>/workers/reporting.py", line 80 in _beat\n'
+    heartbeat = '\nThread 0x0000000000000001 (most recent call first):\n  File "<tpu_nb>/workers/cell_api/reporting.py", line 80 in _beat\n'
     return (
         f"Thread {THREAD:#018x} (most recent call first):\n"
         f'  File "In [2]", line {line} in <module>\n'

@@ -14,10 +14,10 @@ from IPython.utils.capture import capture_output
 from support.device_holders import FakeTpu, fake_tpu_in
 from support.processes import wait_until
 
+from tpu_nb.basics.signals import Delivery, Target
 from tpu_nb.kernel.tpu.release import Ended, Left, Release, describe_release, release_tpu
 from tpu_nb.runtime import SystemView
 from tpu_nb.runtime.device_holders import tpu_device_holders
-from tpu_nb.runtime.signals import Delivery, Target
 
 BACKGROUND_RUN = "%%tpu_train --background (job)"
 

@@ -22,7 +22,7 @@ from tpu_nb.kernel.trials.sweep import TrialOutcome, TrialWatch, Watches
 from tpu_nb.kernel.trials.sweep_record import RECORD
 from tpu_nb.kernel.trials.sweep_start import plan_sweep, run_sweep
 from tpu_nb.kernel.trials.trial_record import record_values
-from tpu_nb.workers.programs import FunctionProgram
+from tpu_nb.workers.processes.programs import FunctionProgram
 
 STARTUP = 60
 

@@ -11,7 +11,7 @@ from typing import Any
 import fsspec
 import pytest
 
-from tpu_nb.runtime.owners import Owner, this_process
+from tpu_nb.basics.owners import Owner, this_process
 from tpu_nb.wire.checkpoints import RECORD
 from tpu_nb.workers.checkpoints.files import Staged, local_copy, remove_abandoned, remove_copy, trainer_directory
 

@@ -6,8 +6,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from tpu_nb.workers.device_readings import CompileReading
 from tpu_nb.workers.doctor.torch_tpu_doctor import RECOMPILING, TorchTpuDoctor
+from tpu_nb.workers.readings.device_readings import CompileReading
 
 
 def miss(source: Path, line: int, reason: str = "item()") -> str:

@@ -133,7 +133,7 @@ def test_a_dump_names_tpu_nbs_own_files_so_that_another_machine_knows_them() -> 
     from tpu_nb.workers.doctor.places import TPU_NB_DIR, is_tpu_nb
     from tpu_nb.workers.stalls.stack_dumps import portable
 
-    text = f'  File "{TPU_NB_DIR}/workers/reporting.py", line 80 in _beat\n  File "In [2]", line 3 in <module>\n'
+    text = f'  File "{TPU_NB_DIR}/workers/cell_api/reporting.py", line 80 in _beat\n  File "In [2]", line 3 in <module>\n'
     [beat, cell] = portable(text).splitlines()
-    assert beat == '  File "<tpu_nb>/workers/reporting.py", line 80 in _beat' and cell == '  File "In [2]", line 3 in <module>'
-    assert is_tpu_nb("<tpu_nb>/workers/reporting.py") and not is_tpu_nb("In [2]")
+    assert beat == '  File "<tpu_nb>/workers/cell_api/reporting.py", line 80 in _beat' and cell == '  File "In [2]", line 3 in <module>'
+    assert is_tpu_nb("<tpu_nb>/workers/cell_api/reporting.py") and not is_tpu_nb("In [2]")

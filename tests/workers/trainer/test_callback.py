@@ -47,7 +47,7 @@ def test_an_evaluation_or_a_save_after_a_step_is_the_ranks_phase_so_a_stop_waits
     from transformers import TrainerControl, TrainerState
 
     from tpu_nb.wire.shared_memory_stop import StopRequest
-    from tpu_nb.workers import reporting
+    from tpu_nb.workers.cell_api import reporting
     from tpu_nb.workers.trainer.callback import TpuNbCallback
 
     monkeypatch.setattr(reporting, "HEARTBEAT_INTERVAL", 3600)  # no heartbeat: it would read XLA's metrics in this process

@@ -1,6 +1,6 @@
 """The decoder families people fine-tune, each a small config, take an SFT step with LoRA under TRL's defaults in a
 worker, one worker per device and under --spmd: Llama, Gemma 2 and 3, Qwen 2.5 (Qwen2) and 3, Mistral, Phi-3, and
-Mixtral (mixture of experts, whose default experts implementation fails on XLA: tpu_nb/workers/xla_mends/experts.py)."""
+Mixtral (mixture of experts, whose default experts implementation fails on XLA: tpu_nb/workers/mends/experts.py)."""
 
 from __future__ import annotations
 

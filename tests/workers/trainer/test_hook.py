@@ -247,7 +247,7 @@ def test_a_resume_from_a_url_that_fails_leaves_no_copy(trained: tuple[Path, dict
 
 
 def test_save_total_limit_and_keep_the_stricter_is_kept_and_said() -> None:
-    from tpu_nb.workers.trainer.hook import Keeping, kept_count
+    from tpu_nb.workers.trainer.trainer_checkpoints import Keeping, kept_count
 
     assert kept_count(2, None) == kept_count(2, 2) == kept_count(2, 0) == Keeping(2, None)  # 0: transformers keeps all
     fewer = kept_count(3, 1)
@@ -258,7 +258,7 @@ def test_save_total_limit_and_keep_the_stricter_is_kept_and_said() -> None:
 
 
 def test_a_url_checkpoint_directory_is_staged_locally_until_the_run_ends(tmp_path: Path) -> None:
-    from tpu_nb.workers.trainer.hook import TrainerCheckpoints
+    from tpu_nb.workers.trainer.trainer_checkpoints import TrainerCheckpoints
 
     here = TrainerCheckpoints(str(tmp_path), keep=2)
     assert here.local() == str(tmp_path) and here.url_of("/anywhere/checkpoint-4") == f"{tmp_path}/checkpoint-4"
@@ -275,7 +275,7 @@ def test_a_url_checkpoint_directory_is_staged_locally_until_the_run_ends(tmp_pat
 
 def test_load_best_model_at_end_keeps_a_save_at_each_evaluation_whatever_every_says() -> None:
     from tpu_nb.wire.checkpoints import Every
-    from tpu_nb.workers.trainer.hook import SaveSchedule, save_schedule
+    from tpu_nb.workers.trainer.trainer_checkpoints import SaveSchedule, save_schedule
 
     assert save_schedule(Every(steps=4), "steps", 500, "steps", 2, True) == SaveSchedule("steps", 4, "every 4 steps")
     assert save_schedule(Every(steps=3), "steps", 500, "no", None, False) == SaveSchedule("steps", 3, "every 3 steps")

@@ -8,11 +8,11 @@ import html
 import time
 from collections.abc import Sequence
 
+from tpu_nb.basics.units import format_duration
 from tpu_nb.kernel.history.log import THROUGHPUT_CURVE, RunLog
 from tpu_nb.kernel.history.run_record import RunRecord
 from tpu_nb.kernel.progress.chart import Curve, overlay_chart
 from tpu_nb.kernel.progress.text import format_count_rate, format_mfu, format_value
-from tpu_nb.wire.units import format_duration
 
 LOSS = "loss"
 

@@ -17,7 +17,7 @@ from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.notebook.adapters import adapters_to_add, add_adapters
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.wire.results import ModuleWeights, NotTransferable, RankResult
-from tpu_nb.workers.programs import is_module
+from tpu_nb.workers.processes.programs import is_module
 
 
 @dataclass(frozen=True, slots=True)

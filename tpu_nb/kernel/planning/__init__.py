@@ -1,1 +1,4 @@
-"""Before anything starts: the options as given, the checks, the workers' environment, the checkpoint plan and the deadline."""
+"""Before anything starts: every option declared once (`declared_options`), read and checked (`options`),
+the checks against the runtime (`preflight`), the workers' environment (`worker_environment`), each trial's chips
+(`worlds`), the checkpoint plan (`checkpoint_plans`) and the deadline (`deadlines`).
+"""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import html
 
+from tpu_nb.basics.locations import local_path
+from tpu_nb.basics.units import UnitError, format_bytes, parse_size
 from tpu_nb.kernel.endings.notebook_errors import refused
 from tpu_nb.kernel.planning.declared_options import OPTION_NAMED
 from tpu_nb.wire.checkpoints import (
@@ -19,8 +21,6 @@ from tpu_nb.wire.checkpoints import (
     list_checkpoints,
     newest_verified,
 )
-from tpu_nb.wire.locations import local_path
-from tpu_nb.wire.units import UnitError, format_bytes, parse_size
 
 KAGGLE_OUTPUT = "/kaggle/working"
 KAGGLE_BUDGET = 15 * 10**9

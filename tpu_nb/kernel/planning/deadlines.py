@@ -11,9 +11,9 @@ import datetime
 import time
 from dataclasses import dataclass
 
+from tpu_nb.basics.units import UnitError, parse_deadline
 from tpu_nb.kernel.endings.notebook_errors import refused
 from tpu_nb.runtime import Accelerator, Platform, RuntimeInfo
-from tpu_nb.wire.units import UnitError, parse_deadline
 
 KAGGLE_SESSION_HOURS = 9.0
 """Kaggle stops a TPU session 9 hours after it started."""

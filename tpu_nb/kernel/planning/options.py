@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpu_nb.basics.units import UnitError, parse_duration
 from tpu_nb.kernel.endings.notebook_errors import refused
 from tpu_nb.kernel.planning.checkpoint_plans import plan_checkpoints
 from tpu_nb.kernel.planning.deadlines import Deadline, deadline_for
@@ -14,8 +15,7 @@ from tpu_nb.runtime.info import STACK_NAMES, StackName
 from tpu_nb.wire.checkpoints import CheckpointPlan
 from tpu_nb.wire.mesh import MeshError, MeshShape
 from tpu_nb.wire.stacks import WatchdogSetting
-from tpu_nb.wire.units import UnitError, parse_duration
-from tpu_nb.workers.chip_ranks import EXECUTION_MODES, ExecutionMode
+from tpu_nb.workers.processes.chip_ranks import EXECUTION_MODES, ExecutionMode
 
 RUN_OPTION_NAMES = frozenset(option.name for option in OPTIONS if option.part == "run")
 NO_COMPILE_CACHE = "off"

@@ -7,7 +7,7 @@ from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.planning.worker_environment import TRAINER_ON_ONE_CHIP, CoresUnavailable, plan_environment
 from tpu_nb.runtime import RuntimeInfo
 from tpu_nb.wire.environment import WorkerEnvironment
-from tpu_nb.workers.chip_ranks import TOPOLOGIES
+from tpu_nb.workers.processes.chip_ranks import TOPOLOGIES
 
 SHARED = (
     "TPU cores cannot be shared between runs. Wait for it, or stop it first: interrupt its cell, or call .stop() or .kill() "

@@ -50,7 +50,7 @@ def plan_environment(
     if spmd and environ.get("TF_CPP_MIN_LOG_LEVEL", "1") == "1":
         settings["TF_CPP_MIN_LOG_LEVEL"] = "2"
     devices = info.devices
-    if info.stack.chosen == "torch_tpu":  # a process per chip, each told its chip by tpu_nb (`tpu_nb.workers.chip_ranks`)
+    if info.stack.chosen == "torch_tpu":  # a process per chip, each told its chip by tpu_nb (`tpu_nb.workers.processes.chip_ranks`)
         if cores is not None and cores > info.devices:
             raise CoresUnavailable(f"--cores {cores}: this host has {info.devices} TPU chips. Use at most {info.devices}.")
         if trainer and cores is None and devices > 1:

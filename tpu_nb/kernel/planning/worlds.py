@@ -19,7 +19,7 @@ which torch_xla's maintainers point to, and torch_xla 2.9's own
   (torch_xla's default is 8476 for every first process);
 - `CLOUD_TPU_TASK_ID`: 0, the only process of its world.
 
-TorchTPU: a process per chip (`tpu_nb.workers.chip_ranks`), each placed on the
+TorchTPU: a process per chip (`tpu_nb.workers.processes.chip_ranks`), each placed on the
 host chip its world gives it (`TPU_VISIBLE_CHIPS`, set by the rank from its
 `ChipRun.host_chips`), in a torch.distributed world of the world's chips alone.
 
@@ -35,7 +35,7 @@ from types import MappingProxyType
 
 from tpu_nb.runtime import RuntimeInfo
 from tpu_nb.wire.environment import WorkerEnvironment
-from tpu_nb.workers.chip_ranks import INHERITED_PLACEMENT, TOPOLOGIES
+from tpu_nb.workers.processes.chip_ranks import INHERITED_PLACEMENT, TOPOLOGIES
 
 WORLD_PORTS_FROM = 8476
 """torch_xla's first TPU process port; world N takes the port N after it."""

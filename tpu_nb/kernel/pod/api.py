@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tpu_nb.basics.locations import is_url
 from tpu_nb.kernel.endings.notebook_errors import NotReturned, refused
 from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.notebook.cell_output import Write
@@ -23,7 +24,6 @@ from tpu_nb.kernel.pod.program import PodProgram
 from tpu_nb.kernel.pod.slice_checks import PodTarget
 from tpu_nb.kernel.pod.starting import launch_pod, start_pod_in_background
 from tpu_nb.kernel.run.background import BackgroundRun
-from tpu_nb.wire.locations import is_url
 from tpu_nb.wire.results import ModuleWeights, RankResult, ResultNotLoaded, load_result
 from tpu_nb.wire.run_directory import RESULTS, Cell, RunDirectory, download_results
 

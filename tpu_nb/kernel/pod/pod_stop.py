@@ -3,7 +3,7 @@
 The way: `PodRun` picks the step (`stop_step`, here) and its backend
 delivers it to every host at once (`backends.tpu_vm`/`gke` `deliver`: the
 file `stop` in the host's run directory, `wire.run_directory`); on each host
-`workers.pod_host` reads it and hands it to its workers the way a local run
+`workers.processes.pod_host` reads it and hands it to its workers the way a local run
 does (`wire.shared_memory_stop`). The step is ahead of the furthest host by
 as many steps as run while the stop travels, so every host reaches it after
 the stop has arrived: hosts without a collective between steps drift apart,

@@ -93,7 +93,7 @@ holding a step number, stops every worker gracefully at that step.
 """
 
 from tpu_nb.wire.run_directory import Cell
-from tpu_nb.workers.pod_host import run_host
+from tpu_nb.workers.processes.pod_host import run_host
 
 # The %%tpu_prepare cells, run in this process in order, as the notebook ran them.
 PREPARED = [

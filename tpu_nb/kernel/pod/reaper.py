@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from tpu_nb.runtime.signals import send_group_signal
+from tpu_nb.basics.signals import send_group_signal
 
 _END_GRACE = 3.0
 _COMMAND_TIMEOUT = 120.0

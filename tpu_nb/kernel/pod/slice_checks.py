@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Literal
 
+from tpu_nb.basics.locations import is_url
 from tpu_nb.kernel.endings.notebook_errors import refused
 from tpu_nb.kernel.notebook.cell_output import Write
 from tpu_nb.kernel.planning.declared_options import OPTION_NAMED
@@ -25,7 +26,6 @@ from tpu_nb.kernel.pod.backends.slices import SliceError, TpuSlice, check_pod_na
 from tpu_nb.kernel.pod.backends.tpu_vm import HostVersions, TpuVmSlice
 from tpu_nb.kernel.pod.program import PodProgram, notebook_packages
 from tpu_nb.runtime.versions import release, same_release
-from tpu_nb.wire.locations import is_url
 from tpu_nb.wire.run_directory import MATCHED_PACKAGES
 
 Backend = Literal["auto", "gcloud", "gke", "export"]

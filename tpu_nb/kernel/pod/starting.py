@@ -11,6 +11,7 @@ import shlex
 import shutil
 from pathlib import Path
 
+from tpu_nb.basics.locations import is_url
 from tpu_nb.kernel.endings.notebook_errors import TrainingInterrupted, refused
 from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
@@ -27,7 +28,6 @@ from tpu_nb.kernel.pod.slice_checks import PodTarget, check
 from tpu_nb.kernel.run.background import BackgroundRun, follow_in_background
 from tpu_nb.kernel.run.followed_run import RunObserver, run_in_foreground
 from tpu_nb.kernel.run.leftovers import private_directory
-from tpu_nb.wire.locations import is_url
 from tpu_nb.wire.run_directory import RESULTS, RunDirectory, upload
 
 

@@ -23,6 +23,7 @@ import ipywidgets as widgets
 from IPython import display as ipython_display
 
 from tpu_nb import TpuNbWarning
+from tpu_nb.basics.units import format_duration
 from tpu_nb.kernel.endings.status import RunStatus
 from tpu_nb.kernel.progress.chart import render_chart
 from tpu_nb.kernel.progress.html_parts import (
@@ -48,7 +49,6 @@ from tpu_nb.kernel.progress.summary import display_summary, summary_bundle
 from tpu_nb.kernel.progress.text import format_rate, step_text, workers_text
 from tpu_nb.kernel.progress.widget_display import display_replaceable
 from tpu_nb.wire.events import Event
-from tpu_nb.wire.units import format_duration
 
 STATUS_REFRESH_SECONDS = 0.25
 CHART_REFRESH_SECONDS = 1.0

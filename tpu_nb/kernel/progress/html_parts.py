@@ -10,10 +10,10 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
+from tpu_nb.basics.units import format_bytes, format_duration
 from tpu_nb.kernel.progress.snapshot import EVAL_PREFIX, TRAINING_LOSS, VALIDATION_LOSS, ProgressSnapshot
 from tpu_nb.kernel.progress.text import HealthLevel, format_value, health, health_brief, split_text, throughput_text
 from tpu_nb.wire.stacks import StackReport
-from tpu_nb.wire.units import format_bytes, format_duration
 
 PILL_TEXT = "#ffffff"
 PHASE_COLOURS: dict[str, str] = {

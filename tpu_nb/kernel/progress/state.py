@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from types import MappingProxyType
 
+from tpu_nb.basics.units import format_bytes
 from tpu_nb.kernel.endings.status import RUN_STATUSES, RunStatus
 from tpu_nb.kernel.progress.recompilation import EVAL_PHASE, CompileJudge
 from tpu_nb.kernel.progress.snapshot import EVAL_PREFIX, TRAINING_LOSS, MetricRow, ProgressSnapshot, WorkerRow
@@ -31,7 +32,6 @@ from tpu_nb.wire.events import (
     WorkerStarted,
 )
 from tpu_nb.wire.stacks import StackReport
-from tpu_nb.wire.units import format_bytes
 
 RATE_WINDOW_SECONDS = 20.0
 """Steps/s is measured over this recent window, not since the start (which includes compilation)."""

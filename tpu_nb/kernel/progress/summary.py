@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import html
 
+from tpu_nb.basics.units import format_duration
 from tpu_nb.kernel.progress.chart import render_chart
 from tpu_nb.kernel.progress.html_parts import (
     checkpoint_html,
@@ -39,7 +40,6 @@ from tpu_nb.kernel.progress.text import (
     throughput_text,
     workers_text,
 )
-from tpu_nb.wire.units import format_duration
 
 SUMMARY_TABLE_ROWS = 8
 

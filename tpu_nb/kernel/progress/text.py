@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from tpu_nb.basics.units import format_bytes, format_duration
 from tpu_nb.kernel.endings.status import RunStatus
 from tpu_nb.kernel.progress.recompilation import CompileLevel, CompileVerdict
 from tpu_nb.kernel.progress.snapshot import EVAL_PREFIX, TRAINING_LOSS, ProgressSnapshot
@@ -16,7 +17,6 @@ from tpu_nb.kernel.progress.state import ProgressState
 from tpu_nb.kernel.progress.throughput import Throughput, TimeSplit
 from tpu_nb.wire.events import Diagnosis, Event
 from tpu_nb.wire.stacks import StackReport
-from tpu_nb.wire.units import format_bytes, format_duration
 
 HealthLevel = CompileLevel
 

@@ -25,7 +25,7 @@ from tpu_nb.kernel.run.followed_run import FollowedRun, RunObserver
 from tpu_nb.kernel.run.local_run import Run
 from tpu_nb.wire.events import Event, Progress
 from tpu_nb.wire.stacks import StackReport
-from tpu_nb.workers.programs import Program
+from tpu_nb.workers.processes.programs import Program
 
 
 class MetricsLog:

@@ -18,7 +18,7 @@ IPython 7.34 to 9), and the locks they may hold:
   OpenMP (torch), Rayon (tokenizers). OpenBLAS re-initialises its pool after
   a fork through its own at-fork handler; GNU OpenMP does not, and a fork of
   the thread that used it hangs at its first parallel op, so the supervisor
-  forks the workers from a thread of its own (`tpu_nb.workers.supervisor`);
+  forks the workers from a thread of its own (`tpu_nb.workers.processes.supervisor`);
   tokenizers turns its parallelism off in a forked child, and the workers
   get TOKENIZERS_PARALLELISM=false so it does that quietly;
 - threads the user started: not known to tpu_nb, see below.
@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from tpu_nb.workers.supervisor import FORK_WARNING
+from tpu_nb.workers.processes.supervisor import FORK_WARNING
 
 
 def fork() -> int:

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tpu_nb.runtime.owners import OWNER_PATTERN, Owner, gone, this_process
+from tpu_nb.basics.owners import OWNER_PATTERN, Owner, gone, this_process
 from tpu_nb.runtime.system import SystemView
 
 PREFIX = "tpu_nb-"

@@ -30,9 +30,9 @@ from tpu_nb.runtime import RuntimeInfo, detect
 from tpu_nb.wire.events import ChipFigures, Event, Notice, Stalled, Stopping, WorkerRaised, WorkerStarted
 from tpu_nb.wire.shared_memory_stop import StopRequest
 from tpu_nb.wire.stacks import StackReport
-from tpu_nb.workers import chip_ranks
-from tpu_nb.workers.chip_ranks import ChipRun
-from tpu_nb.workers.programs import Program, uses_trainer
+from tpu_nb.workers.processes import chip_ranks
+from tpu_nb.workers.processes.chip_ranks import ChipRun
+from tpu_nb.workers.processes.programs import Program, uses_trainer
 
 
 class _EventFacts:

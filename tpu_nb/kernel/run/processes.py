@@ -13,9 +13,9 @@ import time
 from collections.abc import Collection
 from pathlib import Path
 
+from tpu_nb.basics.signals import Target, live_group_members, send_group_signal, send_signal
 from tpu_nb.kernel.run import forking, warm_imports
 from tpu_nb.kernel.run.leftovers import private_directory
-from tpu_nb.runtime.signals import Target, live_group_members, send_group_signal, send_signal
 from tpu_nb.wire.channel import EventReader, open_channel
 from tpu_nb.wire.checkpoints import CheckpointPlan
 from tpu_nb.wire.environment import WorkerEnvironment
@@ -24,10 +24,10 @@ from tpu_nb.wire.mesh import MeshShape
 from tpu_nb.wire.results import ResultPlaces, free_bytes, remove_places
 from tpu_nb.wire.shared_memory_stop import StopRequest
 from tpu_nb.wire.stacks import WatchdogSetting
-from tpu_nb.workers.chip_ranks import ChipRun
-from tpu_nb.workers.programs import Program
-from tpu_nb.workers.supervisor import prepare_to_fork, supervise
-from tpu_nb.workers.worker import WorkerPayload
+from tpu_nb.workers.processes.chip_ranks import ChipRun
+from tpu_nb.workers.processes.programs import Program
+from tpu_nb.workers.processes.supervisor import prepare_to_fork, supervise
+from tpu_nb.workers.processes.worker import WorkerPayload
 
 TERMINATE_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
 KILL_WAIT = 10.0  # seconds for SIGKILLed processes to disappear

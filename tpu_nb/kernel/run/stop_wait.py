@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpu_nb.basics.units import format_duration
 from tpu_nb.wire.checkpoints import CheckpointPlan
 from tpu_nb.wire.events import CheckpointSaved, Event, Heartbeat, Progress
-from tpu_nb.wire.units import format_duration
 
 MARGIN = 1.5
 """A step may take longer than the longest seen so far (another batch, a slower host): half as long again."""

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from tpu_nb.basics.units import format_duration
 from tpu_nb.kernel.stalls.folding import fold_process
 from tpu_nb.kernel.stalls.record import StallRecord
 from tpu_nb.kernel.stalls.verdicts import judge
@@ -26,7 +27,6 @@ from tpu_nb.wire.events import Stalled
 from tpu_nb.wire.host_lines import HostEvent
 from tpu_nb.wire.run_directory import Cell
 from tpu_nb.wire.stacks import RankPlace, StackAnswer, StackReport, WatchdogSetting
-from tpu_nb.wire.units import format_duration
 from tpu_nb.workers.stalls.stack_dumps import Dump, stacks_of
 
 ASK_SECONDS = 45.0

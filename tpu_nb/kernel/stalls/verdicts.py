@@ -12,9 +12,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tpu_nb.basics.units import format_duration
 from tpu_nb.wire.events import Stalled
 from tpu_nb.wire.stacks import RankPlace
-from tpu_nb.wire.units import format_duration
 
 _COLLECTIVE = re.compile(
     r"in _?(all_reduce|reduce_gradients|optimizer_step|rendezvous|xla_rendezvous|mesh_reduce|all_gather|reduce_scatter|"

@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tpu_nb.basics.units import format_duration
 from tpu_nb.kernel.stalls.folding import fold_process
 from tpu_nb.kernel.stalls.record import StallRecord
 from tpu_nb.kernel.stalls.verdicts import judge
 from tpu_nb.wire.events import Event, Stalled
 from tpu_nb.wire.stacks import StackReport, WatchdogSetting
-from tpu_nb.wire.units import format_duration
 from tpu_nb.workers.stalls.stack_dumps import request_stacks
 
 

@@ -7,7 +7,7 @@ started, such as `nohup python train.py &` over SSH) is listed with what it
 is and ended only when named (`%tpu_release PID`) or with `--all`. Never the kernel or a process it runs
 under, never another user's process, and never this kernel's running run
 (stop it through its cell or handle). Every signal goes through
-`runtime.signals`: to the process chosen, and only while it still holds the
+`basics.signals`: to the process chosen, and only while it still holds the
 TPU.
 """
 
@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from tpu_nb.basics.signals import Delivery, Target, send_signal
 from tpu_nb.runtime.device_holders import DeviceHolder, Origin, describe_age, holds_tpu, tpu_device_holders
-from tpu_nb.runtime.signals import Delivery, Target, send_signal
 from tpu_nb.runtime.system import SystemView
 
 TERM_GRACE = 3.0  # seconds a holder gets to exit after SIGTERM (a worker closing the TPU needs about a second)
@@ -29,7 +29,7 @@ CPU_WINDOW = 1.0  # seconds over which a live holder's CPU use is measured, to t
 _POLL = 0.05
 
 SignalWith = Callable[..., Delivery]
-"""How a signal is sent: `runtime.signals.send_signal` (tests wrap it to record what was sent)."""
+"""How a signal is sent: `basics.signals.send_signal` (tests wrap it to record what was sent)."""
 
 
 @dataclass(frozen=True, slots=True)

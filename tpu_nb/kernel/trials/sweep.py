@@ -41,7 +41,7 @@ from tpu_nb.kernel.run.followed_run import RunObserver
 from tpu_nb.kernel.run.local_run import Run
 from tpu_nb.kernel.trials.spec import Trial
 from tpu_nb.wire.events import Event
-from tpu_nb.workers.programs import Program
+from tpu_nb.workers.processes.programs import Program
 
 NOT_STARTED = "not started"
 TRIAL_FAULTS = (OSError, ValueError, TypeError, LookupError, ArithmeticError)

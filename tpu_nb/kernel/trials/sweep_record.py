@@ -20,9 +20,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from tpu_nb.basics.atomic_write import write_atomically
+from tpu_nb.basics.locations import is_remote, local_path
 from tpu_nb.kernel.trials.spec import Trial
-from tpu_nb.wire.atomic_write import write_atomically
-from tpu_nb.wire.locations import is_remote, local_path
 
 RECORD = "sweep.json"
 FINISHED = "done"

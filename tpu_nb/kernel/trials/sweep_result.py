@@ -16,7 +16,7 @@ from tpu_nb.kernel.trials.comparison import Comparison
 from tpu_nb.kernel.trials.sweep import TrialOutcome
 from tpu_nb.kernel.trials.sweep_returns import HeldReturns, came_back
 from tpu_nb.wire.results import ModuleWeights, NotTransferable, RankResult
-from tpu_nb.workers.programs import is_module
+from tpu_nb.workers.processes.programs import is_module
 
 
 class SweepResult:

@@ -39,7 +39,7 @@ from tpu_nb.kernel.trials.sweep_returns import HeldReturns
 from tpu_nb.kernel.trials.trial_record import move_aside, move_back, record_values, trained_with
 from tpu_nb.runtime import detect
 from tpu_nb.wire.checkpoints import list_checkpoints
-from tpu_nb.workers.programs import Program
+from tpu_nb.workers.processes.programs import Program
 
 EARLIER = "done earlier"
 """A trial a resumed sweep did not rerun: an earlier run of the sweep finished it."""

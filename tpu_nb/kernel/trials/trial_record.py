@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tpu_nb.basics.atomic_write import write_atomically
+from tpu_nb.basics.locations import is_remote, local_path
 from tpu_nb.kernel.trials.spec import Trial
 from tpu_nb.kernel.trials.sweep_record import plain_values
-from tpu_nb.wire.atomic_write import write_atomically
-from tpu_nb.wire.locations import is_remote, local_path
 
 VALUES = "trial.json"
 ASIDE = ".earlier-"

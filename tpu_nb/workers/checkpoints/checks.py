@@ -188,7 +188,7 @@ def _unloadable(directory: Path, names: Iterable[str], allow: Allowing | None) -
 
 def model_checksums(model: Any) -> dict[str, str]:
     """Each weight's checksum, under the model's own names, copied to the host a tensor at a time (sharded ones gathered)."""
-    from tpu_nb.workers.read_back import unwrapped_key
+    from tpu_nb.workers.readings.read_back import unwrapped_key
 
     with seed_kept():
         return _checksums({unwrapped_key(key): tensor for key, tensor in model.state_dict().items()})
@@ -202,7 +202,7 @@ def saved_checksums(model: Any) -> dict[str, str]:
     converted back by transformers' own `revert_weight_conversion`, as `save_pretrained` does it. Otherwise (a model
     that is not a transformers one, a PEFT adapter), the names of `model_checksums`.
     """
-    from tpu_nb.workers.read_back import unwrapped_key
+    from tpu_nb.workers.readings.read_back import unwrapped_key
 
     state = {unwrapped_key(key): tensor for key, tensor in model.state_dict().items()}
     with seed_kept():
@@ -237,6 +237,6 @@ def _as_saved(model: Any, state: dict[str, Any]) -> dict[str, Any]:
 
 
 def parameter_shapes(model: Any) -> dict[str, list[int]]:
-    from tpu_nb.workers.read_back import unwrapped_key
+    from tpu_nb.workers.readings.read_back import unwrapped_key
 
     return {unwrapped_key(name): list(tensor.shape) for name, tensor in model.state_dict().items()}

@@ -27,7 +27,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import IO, Any
 
-from tpu_nb.workers.read_back import host_copy
+from tpu_nb.workers.readings.read_back import host_copy
 
 TENSOR_FILES = (".safetensors", ".pt", ".pth", ".bin")
 NEVER_LOADED = frozenset({"training_args.bin"})

@@ -5,7 +5,7 @@ is written as `checkpoint-N.partial/` and renamed once checked; to a URL, it is
 written locally and uploaded with its record last. Until the record is there,
 a checkpoint does not count. A resume reads a URL's checkpoint from a local
 copy (`local_copy`), fetched once per host whatever the number of ranks.
-Temporary directories are named `tpu_nb-checkpoint-KIND-PID-START-PLACE-...` (runtime/owners.py), which
+Temporary directories are named `tpu_nb-checkpoint-KIND-PID-START-PLACE-...` (basics/owners.py), which
 the kernel's cleanup of dead kernels' directories (`tpu_nb-[KIND-]PID-START-PLACE-...`,
 kernel/run/leftovers.py) never reads as a kernel's: "checkpoint" and KIND
 are words.
@@ -26,9 +26,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tpu_nb.runtime.owners import Owner, gone, this_process
+from tpu_nb.basics.locations import is_remote, local_path
+from tpu_nb.basics.owners import Owner, gone, this_process
 from tpu_nb.wire.checkpoints import PARTIAL, PREFIX, RECORD, Checkpoint, checkpoint_name, list_checkpoints
-from tpu_nb.wire.locations import is_remote, local_path
 from tpu_nb.workers.checkpoints.contents import TENSOR_FILES
 
 TRAINER_STATE = "trainer_state.json"
@@ -99,7 +99,7 @@ COPY_PREFIX = "tpu_nb-checkpoint-copy-"
 FETCH_PREFIX = "tpu_nb-checkpoint-fetch-"
 """A URL's checkpoint fetched once for the ranks of a run on this host, each taking its copy from it."""
 TEMPORARY_PREFIXES = (STAGING_PREFIX, TRAINER_PREFIX, COPY_PREFIX)
-"""Each named `PREFIX<owner>-<random>` after the process it is for (runtime/owners.py: its pid, start and where the pid
+"""Each named `PREFIX<owner>-<random>` after the process it is for (basics/owners.py: its pid, start and where the pid
 counts): once that process is provably gone, the next one to make a temporary directory (or fetch a checkpoint) on the
 host removes it, so a worker killed with SIGKILL leaves nothing for long, and a directory another container made in a
 /tmp it shares is never taken for an abandoned one. The owner follows a word (`copy`, ...), where

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tpu_nb.basics.locations import is_remote
+from tpu_nb.basics.units import format_bytes
 from tpu_nb.wire.channel import EventSink
 from tpu_nb.wire.checkpoints import (
     LOOP_STATE,
@@ -45,8 +47,6 @@ from tpu_nb.wire.checkpoints import (
     list_checkpoints,
 )
 from tpu_nb.wire.events import CheckpointSaved, History, Notice
-from tpu_nb.wire.locations import is_remote
-from tpu_nb.wire.units import format_bytes
 from tpu_nb.workers.checkpoints.checks import (
     check_loop_checkpoint,
     check_trainer_checkpoint,
@@ -68,7 +68,7 @@ from tpu_nb.workers.checkpoints.contents import (
 )
 from tpu_nb.workers.checkpoints.files import Staged, local_copy, prune, remove_copy, upload_record_last
 from tpu_nb.workers.checkpoints.xla_seed import seed_kept
-from tpu_nb.workers.read_back import host_copy
+from tpu_nb.workers.readings.read_back import host_copy
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,7 +362,7 @@ def thinned(history: list[tuple[int | None, dict[str, float]]]) -> list[tuple[in
 def _cpu_states(objects: Mapping[str, Any]) -> dict[str, Any]:
     """A copy in host memory of every tracked object's state (the model's under its own names), which training cannot
     touch; a tensor under several names (a tied embedding) is copied once and saved once."""
-    from tpu_nb.workers.read_back import unwrapped_key
+    from tpu_nb.workers.readings.read_back import unwrapped_key
 
     states = {}
     for name, value in objects.items():

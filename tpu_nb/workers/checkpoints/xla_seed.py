@@ -66,7 +66,7 @@ def seed_kept() -> Iterator[int | None]:
         return
     import torch_xla.core.xla_model as xm
 
-    from tpu_nb.workers.read_back import materialise_pending
+    from tpu_nb.workers.readings.read_back import materialise_pending
 
     materialise_pending()
     seed = seed_before_sync(xm.get_rng_state())

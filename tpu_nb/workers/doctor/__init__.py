@@ -10,7 +10,11 @@
 - `step_source`: the lines of the loop around a compilation that make sizes (on the
   device, a slice, a data-dependent op), read from its source.
 - `span`: the steps and seconds a rate was measured over, and how rough it is.
+- `host_reads`: where the user's code reads XLA tensors' values on the host (`.item()`, `.tolist()`).
+- `trl_padding`: how a TRL trainer pads its batches, and the config line that makes every step's shapes the same.
 - `findings`: pure rules from those readings to `Diagnosis`es and compile causes.
 - `probe`: the XLA glue (counters, memory, the compilation cache), run from
   the heartbeat thread, never on the training step.
+- `torch_tpu_readings` (torch_tpu's cache statistics, cache misses, errors, parsed) and `torch_tpu_doctor`:
+  the doctor on TorchTPU, from torch_tpu's own readings.
 """

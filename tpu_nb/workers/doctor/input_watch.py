@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tpu_nb.workers.printed_output import thread_rank
+from tpu_nb.workers.cell_output.printed_output import thread_rank
 
 Shapes = tuple[tuple[int, ...], ...]
 _MOST_TENSORS = 32

@@ -17,12 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tpu_nb.wire.events import CompileCause, Diagnosis
-from tpu_nb.workers.device_readings import CompileReading
 from tpu_nb.workers.doctor.analysis_log import Frame
 from tpu_nb.workers.doctor.findings import MOST_PLACES, WARMUP_STEPS
 from tpu_nb.workers.doctor.places import describe
 from tpu_nb.workers.doctor.probe import Checkup
 from tpu_nb.workers.doctor.torch_tpu_readings import CacheMiss, TraceFollower
+from tpu_nb.workers.readings.device_readings import CompileReading
 
 TRACE_DIRECTORY = "torch-tpu-trace"
 RECOMPILING = "torch-tpu-recompiling"

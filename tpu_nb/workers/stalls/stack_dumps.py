@@ -3,7 +3,7 @@
 Each worker arms `faulthandler` on `STACKS_SIGNAL` with its dump file in
 the run directory, and records beside it when it started. Whoever asks
 empties the process's dump file, signals it (through
-`tpu_nb.runtime.signals`: only the process that armed, never a newer one
+`tpu_nb.basics.signals`: only the process that armed, never a newer one
 that got its pid after it exited: SIGUSR2 would end that one) and reads the
 file once it stops growing. The format is faulthandler's
 (CPython 3.10-3.14):
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from tpu_nb.runtime.signals import Delivery, Target, send_signal
+from tpu_nb.basics.signals import Delivery, Target, send_signal
 from tpu_nb.wire.stacks import STACKS_SIGNAL, stack_dump_path
 from tpu_nb.workers.doctor.analysis_log import Frame
 from tpu_nb.workers.doctor.places import TPU_NB_DIR, TPU_NB_MARK

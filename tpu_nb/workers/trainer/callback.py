@@ -10,11 +10,11 @@ from transformers import TrainerCallback
 
 from tpu_nb.wire.checkpoints import RECORD
 from tpu_nb.wire.events import Counted, Progress
-from tpu_nb.workers import reporting
+from tpu_nb.workers.cell_api import reporting
 from tpu_nb.workers.checkpoints.saving import Checkpointer
 
 if TYPE_CHECKING:
-    from tpu_nb.workers.trainer.hook import TrainerCheckpoints
+    from tpu_nb.workers.trainer.trainer_checkpoints import TrainerCheckpoints
 
 
 class TpuNbCallback(TrainerCallback):

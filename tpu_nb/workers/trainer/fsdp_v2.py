@@ -11,8 +11,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from tpu_nb.workers import reporting
-from tpu_nb.workers.import_hooks import when_imported
+from tpu_nb.workers.cell_api import reporting
+from tpu_nb.workers.mends.import_hooks import when_imported
 
 
 def with_fsdp_v2(training_args: Any, model: Any) -> Any:
@@ -21,7 +21,7 @@ def with_fsdp_v2(training_args: Any, model: Any) -> Any:
     config: dict[str, Any] = {"xla": True, "xla_fsdp_v2": True}
     if layers:
         config["transformer_layer_cls_to_wrap"] = layers
-    _notice(
+    reporting.notice(
         f"Trainer under --spmd: FSDPv2, parameters sharded along the mesh's fsdp axis, wrapping "
         f"{', '.join(layers) if layers else 'the whole model'}. Set fsdp and fsdp_config yourself to choose."
     )
@@ -135,9 +135,3 @@ def _layers_unwrapped(root: Any) -> Iterator[None]:
     finally:
         for parent, name, child in reversed(swapped):
             setattr(parent, name, child)
-
-
-def _notice(text: str) -> None:
-    reporter = reporting.current()
-    if reporter is not None:
-        reporter.notice(text)

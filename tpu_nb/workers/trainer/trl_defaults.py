@@ -27,10 +27,10 @@ import functools
 from types import ModuleType
 from typing import Any
 
-from tpu_nb.workers import reporting
+from tpu_nb.workers.cell_api import reporting
 from tpu_nb.workers.doctor.probe import WorkerDoctor
 from tpu_nb.workers.doctor.trl_padding import TrlPadding
-from tpu_nb.workers.import_hooks import when_imported
+from tpu_nb.workers.mends.import_hooks import when_imported
 from tpu_nb.workers.trainer.deferred_metrics import defer_metric_reads
 
 AUTO = "auto"
@@ -115,12 +115,10 @@ def _pad_on_xla(module: ModuleType, class_name: str) -> None:
             flattened = flattens_batches(self)
             self.pad_to_multiple_of = padding_multiple(self.max_length, self.per_device_train_batch_size, flattened)
             why = " (packing flattens each batch: per_device_train_batch_size x max_length)" if flattened else ""
-            reporter = reporting.current()
-            if reporter is not None:
-                reporter.notice(
-                    f"{class_name}: pad_to_multiple_of='auto' -> {self.pad_to_multiple_of}{why} on XLA (as TRL pads on "
-                    "Neuron): each new batch length would compile the step again. Set pad_to_multiple_of yourself to choose."
-                )
+            reporting.notice(
+                f"{class_name}: pad_to_multiple_of='auto' -> {self.pad_to_multiple_of}{why} on XLA (as TRL pads on "
+                "Neuron): each new batch length would compile the step again. Set pad_to_multiple_of yourself to choose."
+            )
 
     config_class.__post_init__ = __post_init__
     config_class._tpu_nb_patched = True

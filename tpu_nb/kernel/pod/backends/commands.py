@@ -14,7 +14,7 @@ import signal
 import subprocess
 from collections.abc import Sequence
 
-from tpu_nb.runtime.signals import send_group_signal
+from tpu_nb.basics.signals import send_group_signal
 from tpu_nb.wire.limits import cap_text
 
 COMMAND_TIMEOUT = 120.0  # seconds: an ssh to every host of a slice, a kubectl call
