@@ -1,12 +1,14 @@
 """What runs in the notebook's own process (the kernel), which never touches an XLA device.
 
-Rooms by the part of a run they serve: `planning/` (options, checks, the
-workers' environment), `run/` (a run's life, on this machine or in the
-background), `notebook/` (what a cell shows and gets back), `endings/` (how
-a run ended, said once), `progress/` (the dashboard), `stalls/` (a run gone
-quiet), `history/` (the run log and `%tpu_runs`); and by the kind of run:
-`trials/` (sweeps and searches: trials side by side), `pod/` (pod slices),
-`tpu/` (the chips seen from here, `%tpu_release`).
+The rule for rooms: what every run goes through has a room by the part of a
+run it serves: `planning/` (options, checks, the workers' environment),
+`run/` (a run's life, on this machine or in the background), `notebook/`
+(what a cell shows and gets back), `endings/` (how a run ended, said once),
+`progress/` (the dashboard), `stalls/` (a run gone quiet), `history/` (the
+run log and `%tpu_runs`). What only one kind of run or one magic needs has
+a room of its own, all of it there, its checks included: `trials/` (sweeps
+and searches: trials side by side), `pod/` (pod slices), `tpu/` (the chips
+seen from here, `%tpu_release`).
 
 `magics` (the IPython glue) and `launching` (`tpu_nb.launch`) are the entry
 points. Every run lives the life `followed_run` writes once (start, events,
