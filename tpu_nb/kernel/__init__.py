@@ -6,8 +6,8 @@ background), `notebook/` (what a cell shows and gets back), `endings/` (how
 a run ended, said once), `progress/` (the dashboard), `stalls/` (a run gone
 quiet), `tpu/` (the chips seen from here), `pod/` (pod slices).
 
-`magics` (the IPython glue) and `launching` (`tpu_nb.launch`) are the entry
-points. Every run lives the life `followed_run` writes once (start, events,
+`launching` (`tpu_nb.launch`) is the entry point; the magics' IPython glue
+(`tpu_nb.magics`) is a floor above the kernel. Every run lives the life `followed_run` writes once (start, events,
 graceful and hard stops, the timeout, its ending): on this machine a
 `local_run.Run` checks (`preflight`), forks the workers (`processes`,
 `forking`) and reads their events; on a pod slice `pod` does the same

@@ -24,7 +24,7 @@ def space(trial: Any) -> dict[str, Any]:
 def test_a_grid_k_fold_or_list_never_imports_optuna() -> None:
     script = """
 import json, sys
-import tpu_nb, tpu_nb.kernel.magics, tpu_nb.kernel.launching
+import tpu_nb, tpu_nb.magics, tpu_nb.kernel.launching
 from tpu_nb.kernel.trials.sweep_start import plan_sweep
 plans = [plan_sweep("lr=1e-5,3e-5 seed=0,1", 1, None), plan_sweep("folds=3", 1, "eval_loss"), plan_sweep([{"n": 1}], 1, None)]
 print(json.dumps(["optuna" in sys.modules, [len(plan.trials) for plan in plans]]))

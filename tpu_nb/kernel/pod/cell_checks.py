@@ -1,6 +1,6 @@
 """The checks a pod run's cells pass before anything starts, and the cells turned into the run's program.
 
-Pure logic beside the IPython glue in `tpu_nb.kernel.magics`: cells come in
+Pure logic beside the IPython glue in `tpu_nb.magics`: cells come in
 as text with their names, problems go out as `UsageError`s that say what to
 change (IPython-only lines, names only unrecorded cells defined).
 """

@@ -1,8 +1,12 @@
 """IPython glue for every magic: `%%tpu_train`, `%%tpu_prepare`, `%tpu_info`, `%tpu_checkpoints`, `%tpu_runs`, `%tpu_release`,
 `%tpu_picker`, `%tpu_selftest`.
 
-Logic lives in the modules it calls; `%%tpu_train`'s arguments are built
-from the options' one declaration (`planning.declared_options`).
+The top floor of tpu_nb, above every room it calls: the kernel's, the
+picker and the selftest (which both launch runs through the kernel, so glue
+for their magics inside `kernel/` made the rooms import each other). Only
+`load_ipython_extension` imports it, when `%load_ext tpu_nb` asks. Logic
+lives in the modules it calls; `%%tpu_train`'s arguments are built from the
+options' one declaration (`kernel.planning.declared_options`).
 """
 
 from __future__ import annotations
