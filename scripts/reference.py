@@ -51,7 +51,7 @@ def options_page() -> str:
 
 
 def magics_page() -> str:
-    from tpu_nb.kernel.magics import TpuMagics
+    from tpu_nb.magics import TpuMagics
 
     magics = ("tpu_train", "tpu_prepare", "tpu_info", "tpu_checkpoints", "tpu_release", "tpu_picker", "tpu_selftest")
     lines = ["# Magics", "", GENERATED, "", "What `%magic?` shows in a notebook, for every magic `%load_ext tpu_nb` adds.", ""]
@@ -103,6 +103,8 @@ def python_page() -> str:
         "TrainingInterrupted",
         "TrainingTimedOut",
         "StopTraining",
+        "CheckpointMismatch",
+        "CheckpointUnusable",
     ):
         lines += [f"### `tpu_nb.{exception}`", "", _doc(getattr(tpu_nb, exception)), ""]
     return "\n".join(lines)

@@ -13,9 +13,35 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tpu_nb.errors import TpuNbWarning
 from tpu_nb.kernel.planning.declared_options import declare
 
 __version__ = "0.1.0"
+__all__ = [
+    "BackgroundRun",
+    "CheckpointMismatch",
+    "CheckpointUnusable",
+    "LaunchRefused",
+    "NotReturned",
+    "RunEnded",
+    "StopTraining",
+    "TpuNbWarning",
+    "TrainingInterrupted",
+    "TrainingTimedOut",
+    "WorkerDied",
+    "WorkerError",
+    "checkpoint",
+    "in_worker",
+    "launch",
+    "load_ipython_extension",
+    "picker",
+    "pod",
+    "report",
+    "runtime_panel",
+    "spmd",
+    "study",
+    "unload_ipython_extension",
+]
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -24,20 +50,16 @@ if TYPE_CHECKING:
     from tpu_nb.runtime import RuntimePanel
 
 
-class TpuNbWarning(UserWarning):
-    """Warnings tpu_nb itself emits (the test suite turns them into errors)."""
-
-
 def load_ipython_extension(ipython: InteractiveShell) -> None:
     """`%load_ext tpu_nb`: register the magics (imported only now)."""
-    from tpu_nb.kernel.magics import load
+    from tpu_nb.magics import load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython: InteractiveShell) -> None:
     """`%unload_ext tpu_nb`: remove what `load_ipython_extension` added."""
-    from tpu_nb.kernel.magics import unload
+    from tpu_nb.magics import unload
 
     unload(ipython)
 
@@ -96,6 +118,8 @@ _LAZY = {
     "WorkerDied": "tpu_nb.kernel.endings.notebook_errors",
     "TrainingInterrupted": "tpu_nb.kernel.endings.notebook_errors",
     "TrainingTimedOut": "tpu_nb.kernel.endings.notebook_errors",
+    "CheckpointMismatch": "tpu_nb.workers.checkpoints.saving",
+    "CheckpointUnusable": "tpu_nb.workers.checkpoints.saving",
     "study": "tpu_nb.kernel.trials.studies",
 }
 

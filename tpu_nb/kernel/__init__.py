@@ -10,8 +10,8 @@ a room of its own, all of it there, its checks included: `trials/` (sweeps
 and searches: trials side by side), `pod/` (pod slices), `tpu/` (the chips
 seen from here, `%tpu_release`).
 
-`magics` (the IPython glue) and `launching` (`tpu_nb.launch`) are the entry
-points. Every run lives the life `followed_run` writes once (start, events,
+`launching` (`tpu_nb.launch`) is the entry point; the magics' IPython glue
+(`tpu_nb.magics`) is a floor above the kernel. Every run lives the life `followed_run` writes once (start, events,
 graceful and hard stops, the timeout, its ending): on this machine a
 `local_run.Run` checks (`preflight`), forks the workers (`processes`,
 `forking`) and reads their events; on a pod slice `pod` does the same

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tpu_nb.kernel.endings.notebook_errors import NotReturned, refused
+from tpu_nb.kernel.endings.notebook_errors import NotReturned
 from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.returns import Handback
@@ -14,7 +14,7 @@ from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.run.background import BackgroundRun, start_in_background
 from tpu_nb.kernel.run.followed_run import RunObserver, run_in_foreground
 from tpu_nb.kernel.run.local_run import Run
-from tpu_nb.kernel.trials.sweep_start import plan_sweep, run_sweep
+from tpu_nb.kernel.trials.sweep_start import check_sweep_options, plan_sweep, run_sweep
 from tpu_nb.wire.results import NotTransferable, RankResult
 from tpu_nb.workers.processes.programs import FunctionProgram
 
@@ -36,17 +36,14 @@ def launch_observed(
     background = bool(options.get("background", False))
     name = str(getattr(fn, "__name__", "run"))
     title = f"tpu_nb.launch({name})"
+    check_sweep_options(options)
     sweep = given("launch", "sweep", options)
     if sweep["trials"] is not None:  # before the run's options: a sweep's checkpoints are planned per trial
-        if background or options.get("all_results"):
-            raise refused("trials= runs in the foreground and returns a SweepResult: leave out background and all_results.")
         plan = plan_sweep(sweep["trials"], sweep["cores_per_trial"], sweep["trials_metric"], None, sweep["n_trials"], sweep["space"])
         result, _ = run_sweep(
             plan, lambda trial: FunctionProgram(fn, args, {"trial": dict(trial.values)}), given("launch", "run", options), title, write
         )
         return result
-    if sweep["cores_per_trial"] != 1 or any(sweep[name] is not None for name in ("trials_metric", "n_trials", "space")):
-        raise refused("cores_per_trial, trials_metric, n_trials and space are for a sweep: give trials= too, or leave them out.")
     run_options = LaunchOptions.from_user(**given("launch", "run", options))
     program = FunctionProgram(fn, args)
 

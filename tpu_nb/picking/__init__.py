@@ -5,6 +5,9 @@ what the model will see (`preview`), takes uploaded files (`uploads`), then
 inserts a ready training cell or trains in place (`actions`). Importing this
 package is cheap: ipywidgets and the recipes' libraries are imported when a
 picker is made (`widget`), because every TPU worker imports tpu_nb.
+"Train now" calls `tpu_nb.launch` through the package's face, as a user
+would: the one import of the face, which stands above every floor (setup.cfg's
+floors contract), from below it.
 """
 
 from __future__ import annotations

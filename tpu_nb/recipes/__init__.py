@@ -8,7 +8,9 @@
 
 Importing this package is cheap (stdlib only): torch, transformers and
 datasets are imported when a function needs them, because every TPU worker
-imports tpu_nb.
+imports tpu_nb. `training` calls `tpu_nb.launch` and `tpu_nb.in_worker`
+through the package's face, as a user would: the one import of the face, which
+stands above every floor (setup.cfg's floors contract), from below it.
 
 Modules: `config` (TrainConfig), `validation` (check, with `facts` gathered from
 disk and the runtime, `sources` and `local_models` telling where things come

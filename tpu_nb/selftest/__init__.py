@@ -4,7 +4,9 @@ Modules: report (CheckResult, SelftestReport and its JSON), context (what
 each check gets: limits, observed launches), workloads and planted (what the
 workers run), raw_spawn (the plain xmp.spawn baseline), series (the checks,
 in order), runner (runs them within each limit), table (the live table),
-__main__ (the CLI).
+__main__ (the CLI). The checks call `tpu_nb.launch` and `tpu_nb.report`
+through the package's face, as a user would: the one import of the face, which
+stands above every floor (setup.cfg's floors contract), from below it.
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ from test_checkpoint_plans import saved
 
 import tpu_nb
 import tpu_nb.pod
-from tpu_nb.kernel.magics import TpuMagics
 from tpu_nb.kernel.planning.declared_options import OPTION_NAMED, OPTIONS, check_keywords, given, options_of
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.slice_checks import PodTarget
+from tpu_nb.magics import TpuMagics
 from tpu_nb.runtime.info import STACK_NAMES
 from tpu_nb.workers.processes.chip_ranks import EXECUTION_MODES
 

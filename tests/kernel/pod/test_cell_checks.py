@@ -44,7 +44,8 @@ def test_a_pod_cell_using_an_unrecorded_cells_model_is_refused(ip: InteractiveSh
         result = ip.run_cell("%%tpu_train --pod my-slice --backend export\nmodel.to(device)")
     assert isinstance(result.error_in_exec, UsageError)
     message = str(result.error_in_exec)
-    assert "uses `model`, which only cells not marked %%tpu_prepare defined" in message and "Nothing was started" in message
+    assert message.startswith("tpu_nb did not start the pod run:\n- %%tpu_train --pod: In [")
+    assert "uses `model`, which only cells not marked %%tpu_prepare defined" in message
 
 
 def test_a_pod_cell_with_a_syntax_error_starts_nothing(ip: InteractiveShell) -> None:

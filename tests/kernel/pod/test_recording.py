@@ -42,7 +42,7 @@ def test_a_failing_or_ipython_only_cell_is_not_recorded(ip: InteractiveShell) ->
     with capture_output():
         failed = ip.run_cell("%%tpu_prepare\nraise ValueError('no data')")
         magic = ip.run_cell("%%tpu_prepare\nimport os\n!pip install something\nran = True")
-    assert isinstance(failed.error_in_exec, UsageError) and "not recorded" in str(failed.error_in_exec)
+    assert isinstance(failed.error_in_exec, UsageError) and "did not record the cell for pod runs" in str(failed.error_in_exec)
     assert isinstance(magic.error_in_exec, UsageError)
     assert "line 3 (`!pip install something`) is IPython syntax" in str(magic.error_in_exec)
     assert "ran" not in ip.user_ns  # refused before anything ran

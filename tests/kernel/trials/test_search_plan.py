@@ -24,7 +24,7 @@ def space(trial: Any) -> dict[str, Any]:
 def test_a_grid_k_fold_or_list_never_imports_optuna() -> None:
     script = """
 import json, sys
-import tpu_nb, tpu_nb.kernel.magics, tpu_nb.kernel.launching
+import tpu_nb, tpu_nb.magics, tpu_nb.kernel.launching
 from tpu_nb.kernel.trials.sweep_start import plan_sweep
 plans = [plan_sweep("lr=1e-5,3e-5 seed=0,1", 1, None), plan_sweep("folds=3", 1, "eval_loss"), plan_sweep([{"n": 1}], 1, None)]
 print(json.dumps(["optuna" in sys.modules, [len(plan.trials) for plan in plans]]))
@@ -84,5 +84,5 @@ def test_without_optuna_a_search_is_refused_with_the_line_that_installs_it(monke
 
 
 def test_a_searchs_options_without_trials_are_refused() -> None:
-    with pytest.raises(LaunchRefused, match="cores_per_trial, trials_metric, n_trials and space are for a sweep: give trials= too"):
+    with pytest.raises(LaunchRefused, match=r"n_trials is for a sweep: give trials too \(--trials SPEC in the magic\), or leave it out"):
         tpu_nb.launch(space, n_trials=8)

@@ -28,7 +28,10 @@ def test_tpu_nbs_own_frames_are_left_out(monkeypatch: pytest.MonkeyPatch) -> Non
     # The worker catches the user's exception in tpu_nb's own code: compiled here under its file name.
     caught: list[BaseException] = []
     catcher = "try:\n    user_code()\nexcept KeyError as error:\n    caught.append(error)\n"
-    exec(compile(catcher, tracebacks._PACKAGE_DIR + "/workers/processes/worker.py", "exec"), {"user_code": raise_in_user_code, "caught": caught})
+    exec(
+        compile(catcher, tracebacks._PACKAGE_DIR + "/workers/processes/worker.py", "exec"),
+        {"user_code": raise_in_user_code, "caught": caught},
+    )
     text = "\n".join(tracebacks.format_user_traceback(caught[0]))
     assert "workers/worker.py" not in text
     assert "raise_in_user_code" in text and "KeyError: 'missing'" in text

@@ -2,7 +2,8 @@
 
 The Python API raises tpu_nb's own classes, never IPython's `UsageError`
 itself: `LaunchRefused` when nothing started (built by `refused`, which writes
-its header), `NotReturned` when a run ended but part of what it was to hand
+its header; `magic_refused` words the refusals of the magics that start no run
+alike), `NotReturned` when a run ended but part of what it was to hand
 back did not come back, `RunEnded` when a handle is asked what only a live
 run can answer. The magics show them as IPython shows a `UsageError`.
 """
@@ -29,9 +30,17 @@ class LaunchRefused(_Explained):
 
 def refused(problems: str | Iterable[str], *, pod: bool = False, by: str = "tpu_nb") -> LaunchRefused:
     """The one way a refusal is worded: "tpu_nb did not start the run:" then each problem with its fix."""
+    return LaunchRefused(_worded(f"{by} did not start {'the pod run' if pod else 'the run'}", problems))
+
+
+def magic_refused(magic: str, undone: str, problems: str | Iterable[str]) -> UsageError:
+    """A magic that starts no run refusing, in `refused`'s words: "%tpu_runs did not list the runs:" then each problem with its fix."""
+    return UsageError(_worded(f"{magic} did not {undone}", problems))
+
+
+def _worded(header: str, problems: str | Iterable[str]) -> str:
     listed = [problems] if isinstance(problems, str) else list(problems)
-    run = "the pod run" if pod else "the run"
-    return LaunchRefused(f"{by} did not start {run}:\n" + "\n".join(f"- {problem}" for problem in listed))
+    return f"{header}:\n" + "\n".join(f"- {problem}" for problem in listed)
 
 
 class NotReturned(_Explained):

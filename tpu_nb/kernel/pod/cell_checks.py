@@ -1,8 +1,8 @@
 """The checks a pod run's cells pass before anything starts, and the cells turned into the run's program.
 
-Pure logic beside the IPython glue in `tpu_nb.kernel.magics`: cells come in
-as text with their names, problems go out as `UsageError`s that say what to
-change (IPython-only lines, names only unrecorded cells defined).
+Pure logic beside the IPython glue in `tpu_nb.magics`: cells come in
+as text with their names, problems go out saying what to change
+(IPython-only lines, names only unrecorded cells defined).
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import builtins
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from IPython.core.error import UsageError
-
+from tpu_nb.kernel.endings.notebook_errors import refused
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.program import PodProgram
 from tpu_nb.kernel.pod.recording import ipython_syntax
@@ -23,15 +22,16 @@ PREPARE_MAGIC = "%%tpu_prepare"
 WORKER_NAMES = frozenset({"device", "rank", "world_size", "report", "mesh"})  # what every worker's cell is given
 
 
-def check_plain_python(magic: str, source: str, transformed: str) -> None:
-    """`UsageError` if a cell for the pod has IPython-only lines, which `train.py` cannot run."""
+def not_plain_python(magic: str, source: str, transformed: str) -> str | None:
+    """What to change in a cell for the pod with an IPython-only line, which `train.py` cannot run; None if it has none."""
     found = ipython_syntax(source, transformed)
-    if found is not None:
-        raise UsageError(
-            f"{magic}: line {found.line} (`{found.text}`) is IPython syntax (a magic or a ! command), which train.py on the "
-            "pod's hosts cannot run; nothing was run. Write it in Python, or move it to a cell without "
-            f"{magic} (install packages on the hosts themselves: see docs/guides/pod-slices.md)."
-        )
+    if found is None:
+        return None
+    return (
+        f"{magic}: line {found.line} (`{found.text}`) is IPython syntax (a magic or a ! command), which train.py on the "
+        f"pod's hosts cannot run. Write it in Python, or move it to a cell without {magic} (install packages on the "
+        "hosts themselves: see docs/guides/pod-slices.md)."
+    )
 
 
 def pod_program(
@@ -43,14 +43,15 @@ def pod_program(
 
 
 def check_names_recorded(prepared: Sequence[Cell], train: Cell, namespace: Mapping[str, Any]) -> None:
-    """`UsageError` naming each cell of the program that uses a name only unrecorded cells defined."""
+    """`LaunchRefused` naming each cell of the program that uses a name only unrecorded cells defined."""
     missing = names_from_unrecorded_cells(prepared, train, namespace)
     if missing:
         listed = "; ".join(f"{cell} uses {', '.join(f'`{name}`' for name in names)}" for cell, names in missing.items())
-        raise UsageError(
+        raise refused(
             f"%%tpu_train --pod: {listed}, which only cells not marked {PREPARE_MAGIC} defined; the pod's hosts run only "
             f"the recorded cells and this one. Add {PREPARE_MAGIC} to the cells that define them and run those again, "
-            "or define the names in a recorded cell or this one. Nothing was started."
+            "or define the names in a recorded cell or this one.",
+            pod=True,
         )
 
 

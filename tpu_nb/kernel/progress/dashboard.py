@@ -22,8 +22,8 @@ import warnings
 import ipywidgets as widgets
 from IPython import display as ipython_display
 
-from tpu_nb import TpuNbWarning
 from tpu_nb.basics.units import format_duration
+from tpu_nb.errors import TpuNbWarning
 from tpu_nb.kernel.endings.status import RunStatus
 from tpu_nb.kernel.progress.chart import render_chart
 from tpu_nb.kernel.progress.html_parts import (

@@ -76,6 +76,46 @@ def plan_sweep(
         raise refused(str(error)) from None
 
 
+SWEEP_ONLY = ("cores_per_trial", "trials_metric", "n_trials", "space", "return_best")
+"""The options that mean something only with `trials`."""
+NOT_WITH_A_SWEEP = ("background", "all_results", "pod")
+"""A sweep runs in the foreground, on this machine, and returns one SweepResult."""
+
+
+def check_sweep_options(values: Mapping[str, Any]) -> None:
+    """`LaunchRefused` for a sweep's options without `trials`, or `trials` with what a sweep cannot do.
+
+    The one check of these rules, for `%%tpu_train` (`values`: its parsed arguments) and `tpu_nb.launch()` (its keywords)
+    alike, so both refuse in the same words.
+    """
+    if values.get("trials") is None:
+        stray = [name for name in SWEEP_ONLY if _given(name, values)]
+        if stray:
+            one = len(stray) == 1
+            raise refused(
+                f"{_and(stray)} {'is' if one else 'are'} for a sweep: give trials too (--trials SPEC in the magic), "
+                f"or leave {'it' if one else 'them'} out."
+            )
+        return
+    clashing = [name for name in NOT_WITH_A_SWEEP if values.get(name)]
+    if clashing:
+        raise refused(
+            f"trials with {_and(clashing)}: a sweep runs in the foreground on this machine and returns a SweepResult; "
+            f"leave {_and(clashing)} out."
+        )
+
+
+def _given(name: str, values: Mapping[str, Any]) -> bool:
+    """Whether `values` gives option `name` other than as its default (argparse gives a list where the default is a tuple)."""
+    default = OPTION_NAMED[name].default
+    value = values.get(name, default)
+    return tuple(value) != tuple(default) if isinstance(default, tuple) else bool(value != default)
+
+
+def _and(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 @dataclass(frozen=True, slots=True)
 class _Trials:
     """Where a sweep's trials come from, and what goes with them: their options, those an earlier run finished, the watches

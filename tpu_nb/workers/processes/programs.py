@@ -50,7 +50,7 @@ class FunctionProgram:
 
 @dataclass(frozen=True, slots=True)
 class CellProgram:
-    """A `%%tpu_train` cell, compiled in the kernel (`compile_cell`, from `tpu_nb.kernel.magics`), run in every worker.
+    """A `%%tpu_train` cell, compiled in the kernel (`compile_cell`, from `tpu_nb.magics`), run in every worker.
 
     It runs in (a fork of) the notebook's namespace, so everything earlier
     cells defined is there; a trailing expression is kept apart so that its

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -16,6 +16,7 @@ from support.kernel import plain
 from support.read_only import refuse_writes_in
 from support.tracebacks import arrow_line, cell_frame_header
 
+import tpu_nb
 from tpu_nb import selftest
 from tpu_nb.kernel.endings.notebook_errors import LaunchRefused, WorkerError
 from tpu_nb.kernel.history.log import read_log
@@ -27,12 +28,6 @@ def run(shell: InteractiveShell, cell: str):  # type: ignore[no-untyped-def]
     with capture_output() as captured:
         result = shell.run_cell(cell)
     return result, captured
-
-
-def test_import_tpu_nb_is_cheap() -> None:
-    script = "import sys, tpu_nb; print(json.dumps(sorted(m for m in ('IPython', 'ipywidgets', 'torch', 'torch_xla', 'transformers') if m in sys.modules)))"
-    done = subprocess.run([sys.executable, "-c", "import json; " + script], capture_output=True, text=True, check=True)
-    assert json.loads(done.stdout) == []
 
 
 def test_unload_removes_the_magics(ip: InteractiveShell) -> None:
@@ -171,12 +166,12 @@ def test_a_value_that_cannot_come_back_is_shown_as_text(ip: InteractiveShell) ->
         ("--timeout -5", "timeout=-5.0: give a positive number"),
         ("--stop-grace 0", "stop_grace=0.0: give a positive number of seconds"),
         ("--background --name 1st", "--name 1st: give a Python identifier"),
-        ("--cores-per-trial 2 --return-best model", "--cores-per-trial, --return-best: for a sweep; add --trials SPEC"),
-        ("--trials folds=3 --background", "--trials with --background: a sweep runs in the foreground"),
+        ("--cores-per-trial 2 --return-best model", "cores_per_trial and return_best are for a sweep: give trials too"),
+        ("--trials folds=3 --background", "trials with background: a sweep runs in the foreground"),
         ("--trials 'lr=1 lr=2'", "lr is given twice"),
         ("--trials folds=3 --trials-metric acc:best", "--trials-metric 'acc:best'"),
         ("--trials missing_grid", "'missing_grid' is not NAME=VALUE"),
-        ("--n-trials 8 --space space", "--n-trials, --space: for a sweep; add --trials SPEC (e.g. --trials folds=5, or --trials STUDY"),
+        ("--n-trials 8 --space space", "n_trials and space are for a sweep: give trials too (--trials SPEC in the magic)"),
         ("--trials 'lr=1,2' --n-trials 8", "--n-trials and --space are for a search: --trials 'lr=1,2' is not an optuna.Study"),
         ("--trials folds=2 --return model tok --return-best model", "--return model and --return-best model: a name is every trial's"),
     ],
@@ -185,6 +180,54 @@ def test_bad_options_are_usage_errors_that_start_nothing(ip: InteractiveShell, l
     result, _ = run(ip, f"%%tpu_train {line}\nprint('ran')\n")
     assert isinstance(result.error_in_exec, UsageError)
     assert message in str(result.error_in_exec)
+
+
+REFUSAL = re.compile(r"(tpu_nb|tpu_nb's selftest|%%?tpu_\w+) did not [^:\n]+:(\n- [^\n]+)+")
+"""How every refusal reads: who did not do what, then each problem with its fix (`refused()`'s words)."""
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        "%%tpu_train --name 1st\nprint('ran')",
+        "%%tpu_train --cores-per-trial 2\nprint('ran')",
+        "%%tpu_train --trials folds=2 --background\nprint('ran')",
+        "%%tpu_train --trials folds=2 --pod my-slice\nprint('ran')",
+        "%%tpu_train\nprint('ran')\ndef broken(:\n",
+        "%%tpu_train --pod my-slice --backend export\n!echo ran",
+        "%%tpu_train --pod my-slice --backend export\nprint('ran', notebook_only)",
+        "%%tpu_train --pod my-slice --backend export\nprint('ran')\ndef broken(:\n",
+        "%%tpu_prepare\n!echo ran",
+        "%%tpu_prepare\nraise ValueError('failed on purpose')",
+        "%tpu_checkpoints",
+        "%tpu_runs --last 0",
+        "%tpu_runs 4 --log {tmp}/log",
+        "%tpu_release --grace -1",
+        "%tpu_release 0",
+        "%tpu_selftest --out {tmp}/a-file",
+    ],
+)
+def test_every_refusal_of_a_magic_is_worded_as_one(ip: InteractiveShell, tmp_path: Path, cell: str) -> None:
+    (tmp_path / "a-file").write_text("")
+    ip.user_ns["notebook_only"] = 1
+    result, captured = run(ip, cell.format(tmp=tmp_path))
+    assert isinstance(result.error_in_exec, UsageError)
+    assert REFUSAL.fullmatch(str(result.error_in_exec)), str(result.error_in_exec)
+    assert "ran" not in captured.stdout.splitlines()  # nothing ran: no line "ran" printed
+
+
+@pytest.mark.parametrize(
+    "line, keywords",
+    [
+        ("--cores-per-trial 2 --trials-metric acc", {"cores_per_trial": 2, "trials_metric": "acc"}),
+        ("--trials folds=2 --background", {"trials": "folds=2", "background": True}),
+    ],
+)
+def test_the_magic_and_launch_refuse_a_sweeps_options_in_the_same_words(ip: InteractiveShell, line: str, keywords: dict[str, Any]) -> None:
+    result, _ = run(ip, f"%%tpu_train {line}\nprint('ran')")
+    with pytest.raises(LaunchRefused) as refusal:
+        tpu_nb.launch(print, **keywords)
+    assert str(result.error_in_exec) == str(refusal.value)
 
 
 def test_a_syntax_error_starts_nothing(ip: InteractiveShell) -> None:
@@ -278,7 +321,7 @@ def test_tpu_runs_lists_the_good_records_of_a_damaged_log_and_says_how_many_line
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr("tpu_nb.kernel.history.log.open", refused, raising=False)  # the OS refusing the file
-    with pytest.raises(UsageError, match=r"runs.jsonl cannot be read \(\[Errno 13\] Permission denied\); name another log"):
+    with pytest.raises(UsageError, match=r"runs.jsonl cannot be read \(\[Errno 13\] Permission denied\): name another log"):
         ip.run_line_magic("tpu_runs", f"--log {tmp_path}")
 
 
@@ -288,8 +331,9 @@ def test_tpu_selftest_refuses_an_out_directory_it_cannot_write_to_before_any_che
     refuse_writes_in(tmp_path, monkeypatch)
     with capture_output() as shown, pytest.raises(UsageError) as refusal:
         ip.run_line_magic("tpu_selftest", f"--quick --out {tmp_path}")
-    assert (
-        str(refusal.value) == f"--out {tmp_path}: cannot write the report there (Read-only file system): give a directory you can write to."
+    assert str(refusal.value) == (
+        f"tpu_nb's selftest did not start the run:\n- --out {tmp_path}: cannot write the report there (Read-only file system): "
+        "give a directory you can write to."
     )
     assert shown.outputs == []  # no table: nothing ran
     with pytest.raises(LaunchRefused, match=r"tpu_nb's selftest did not start the run:\n- out='.*': cannot write the report there"):

@@ -1,8 +1,12 @@
 """IPython glue for every magic: `%%tpu_train`, `%%tpu_prepare`, `%tpu_info`, `%tpu_checkpoints`, `%tpu_runs`, `%tpu_release`,
 `%tpu_picker`, `%tpu_selftest`.
 
-Logic lives in the modules it calls; `%%tpu_train`'s arguments are built
-from the options' one declaration (`planning.declared_options`).
+The top floor of tpu_nb, above every room it calls: the kernel's, the
+picker and the selftest (which both launch runs through the kernel, so glue
+for their magics inside `kernel/` made the rooms import each other). Only
+`load_ipython_extension` imports it, when `%load_ext tpu_nb` asks. Logic
+lives in the modules it calls; `%%tpu_train`'s arguments are built from the
+options' one declaration (`kernel.planning.declared_options`).
 """
 
 from __future__ import annotations
@@ -14,12 +18,12 @@ from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
-from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
+from tpu_nb.kernel.endings.notebook_errors import magic_refused, refused
 from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.history.log import LOG_FILE, log_directory, read_log, records_named
 from tpu_nb.kernel.history.view import passed_over_text, runs_chart, runs_html, runs_text
@@ -29,7 +33,7 @@ from tpu_nb.kernel.notebook.returns import hand_back, hand_back_later
 from tpu_nb.kernel.planning.checkpoint_plans import describe_checkpoints
 from tpu_nb.kernel.planning.declared_options import Option, Surface, given, options_of
 from tpu_nb.kernel.planning.options import LaunchOptions
-from tpu_nb.kernel.pod.cell_checks import PREPARE_MAGIC, check_names_recorded, check_plain_python, pod_program
+from tpu_nb.kernel.pod.cell_checks import PREPARE_MAGIC, check_names_recorded, not_plain_python, pod_program
 from tpu_nb.kernel.pod.recording import RECORDED
 from tpu_nb.kernel.pod.slice_checks import PodTarget
 from tpu_nb.kernel.pod.starting import launch_pod, start_pod_in_background
@@ -40,11 +44,13 @@ from tpu_nb.kernel.run.local_run import Run
 from tpu_nb.kernel.tpu.release import TERM_GRACE, describe_release, release_tpu
 from tpu_nb.kernel.tpu.torch_tpu_guard import keep_torch_tpu_out, let_torch_tpu_back
 from tpu_nb.kernel.trials.sweep_result import SweepResult, hand_back_sweep
-from tpu_nb.kernel.trials.sweep_start import plan_sweep, run_sweep
+from tpu_nb.kernel.trials.sweep_start import check_sweep_options, plan_sweep, run_sweep
 from tpu_nb.runtime import RuntimePanel, SystemView, detect
 from tpu_nb.runtime.system import installed_version
 from tpu_nb.wire.run_directory import Cell
 from tpu_nb.workers.processes.programs import CellProgram, compile_cell
+
+RUNS_MAGIC = "%tpu_runs"
 
 
 def declared_arguments(surface: Surface) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -99,7 +105,9 @@ class TpuMagics(Magics):
         args = parse_argstring(self.tpu_checkpoints, line)
         directory = args.directory or self.last_checkpoints
         if directory is None:
-            raise UsageError("%tpu_checkpoints DIR: name the checkpoint directory (no run in this kernel used --checkpoint yet).")
+            raise magic_refused(
+                "%tpu_checkpoints", "list any checkpoints", "name the checkpoint directory: no run in this kernel used --checkpoint yet."
+            )
         text, markup = describe_checkpoints(directory)
         display({"text/plain": text, "text/html": markup}, raw=True)
 
@@ -126,20 +134,25 @@ class TpuMagics(Magics):
         """
         args = parse_argstring(self.tpu_runs, line)
         if args.last < 1:
-            raise UsageError(f"--last {args.last}: give how many of the newest runs to list, 1 or more.")
+            raise magic_refused(RUNS_MAGIC, "list the runs", f"--last {args.last}: give how many of the newest runs to list, 1 or more.")
         directory = log_directory(args.log)
         if directory is None:
-            raise UsageError("%tpu_runs: the run log is off (TPU_NB_RUN_LOG=off); name its directory with --log DIR.")
+            raise magic_refused(RUNS_MAGIC, "list the runs", "the run log is off (TPU_NB_RUN_LOG=off): name its directory with --log DIR.")
         try:
             log = read_log(directory)
         except OSError as error:
-            raise UsageError(f"%tpu_runs: {directory / LOG_FILE} cannot be read ({error}); name another log with --log DIR.") from None
+            raise magic_refused(
+                RUNS_MAGIC, "list the runs", f"{directory / LOG_FILE} cannot be read ({error}): name another log with --log DIR."
+            ) from None
         records = log.records
         try:
             overlaid = records_named(records, args.numbers) if args.numbers else records[-5:]
         except KeyError as error:
             known = f"1 to {records[-1].number}" if records else "none yet"
-            raise UsageError(f"%tpu_runs: {directory} has no run {', '.join(map(str, error.args[0]))} (its runs: {known}).") from None
+            missing = ", ".join(map(str, error.args[0]))
+            raise magic_refused(
+                RUNS_MAGIC, "list the runs", f"{directory} has no run {missing} (its runs: {known}): name runs the table lists."
+            ) from None
         listed = records[-args.last :]
         chart = runs_chart(overlaid, args.metric)
         display({"text/plain": runs_text(listed, args.metric), "text/html": runs_html(listed, args.metric, chart)}, raw=True)
@@ -186,9 +199,13 @@ class TpuMagics(Magics):
         """
         args = parse_argstring(self.tpu_release, line)
         if not args.grace >= 0:  # also refuses nan
-            raise UsageError(f"--grace {args.grace:g}: give the seconds to wait after SIGTERM, 0 or more (default {TERM_GRACE:g}).")
+            raise magic_refused(
+                "%tpu_release",
+                "end anything",
+                f"--grace {args.grace:g}: give the seconds to wait after SIGTERM, 0 or more (default {TERM_GRACE:g}).",
+            )
         if any(pid <= 0 for pid in args.pids):
-            raise UsageError("%tpu_release PID ...: give the pids %tpu_info lists (positive numbers).")
+            raise magic_refused("%tpu_release", "end anything", "PID ...: give the pids %tpu_info lists (positive numbers).")
         release = release_tpu(
             SystemView.current(), Run.alive(), named=tuple(args.pids), everything=args.all, dry_run=args.dry_run, grace=args.grace
         )
@@ -214,7 +231,7 @@ class TpuMagics(Magics):
 
         problem = report_problem(args.out, f"--out {args.out}")
         if problem is not None:
-            raise UsageError(problem)  # now, not once the series ran: its report would be lost
+            raise refused(problem, by="tpu_nb's selftest")  # now, not once the series ran: its report would be lost
         from tpu_nb.selftest import run  # the checks and their workloads load only when asked for
         from tpu_nb.selftest.series import CHECKS
         from tpu_nb.selftest.table import LiveTable
@@ -254,15 +271,10 @@ class TpuMagics(Magics):
         """
         args = parse_argstring(self.tpu_train, line)
         if not args.name.isidentifier():
-            raise UsageError(f"--name {args.name}: give a Python identifier to bind the run's handle to.")
+            raise refused(f"--name {args.name}: give a Python identifier to bind the run's handle to.")
+        check_sweep_options(vars(args))
         if args.trials is not None:  # before the run's options: a sweep's checkpoints are planned per trial
             return self._sweep(args, line, cell)
-        sweep_options = _sweep_options_given(args)
-        if sweep_options:
-            raise UsageError(
-                f"{', '.join(sweep_options)}: for a sweep; add --trials SPEC (e.g. --trials folds=5, or --trials STUDY for a search), "
-                "or leave them out."
-            )
         options = LaunchOptions.from_user(**given("cell", "run", vars(args)))
         if options.checkpoints is not None:
             self.last_checkpoints = options.checkpoints.directory
@@ -295,19 +307,18 @@ class TpuMagics(Magics):
             write_to_sys("stdout", RECORDED.describe() + "\n")
             return
         shell = self._shell
-        check_plain_python(PREPARE_MAGIC, cell, shell.transform_cell(cell))
+        problem = not_plain_python(PREPARE_MAGIC, cell, shell.transform_cell(cell))
+        if problem is not None:
+            raise magic_refused(PREPARE_MAGIC, "run the cell or record it", problem)
         name = f"In [{running_cell_number(shell)}]"
         result = shell.run_cell(cell, store_history=False)
         if not result.success:
-            raise UsageError(f"{PREPARE_MAGIC}: the cell failed (above), so it was not recorded for pod runs.")
+            raise magic_refused(PREPARE_MAGIC, "record the cell for pod runs", "it failed (above): fix it and run it again.")
         cell_id = getattr(shell, "parent_header", {}).get("metadata", {}).get("cellId")
         RECORDED.record(Cell(name, f"{PREPARE_MAGIC} {line}".rstrip(), cell), cell_id)
 
     def _sweep(self, args: Any, line: str, cell: str) -> SweepResult:
         """`--trials`: the cell once per trial, side by side, a world of the host's chips each."""
-        for flag, given_value in (("--pod", args.pod), ("--background", args.background)):
-            if given_value:
-                raise UsageError(f"--trials with {flag}: a sweep runs in the foreground on this machine; leave {flag} out.")
         plan = plan_sweep(args.trials, args.cores_per_trial, args.trials_metric, self._shell.user_ns, args.n_trials, args.space)
         program = self._compile(line, cell, tuple(dict.fromkeys([*args.returns, *args.return_best])))
         result, held = run_sweep(
@@ -323,8 +334,10 @@ class TpuMagics(Magics):
 
     def _train_on_pod(self, args: Any, line: str, cell: str, options: LaunchOptions) -> Any:
         shell = self._shell
-        check_plain_python("%%tpu_train --pod", cell, shell.transform_cell(cell))
-        self._compile(line, cell, ())  # a syntax error is shown as in any cell, and nothing starts
+        problem = not_plain_python("%%tpu_train --pod", cell, shell.transform_cell(cell))
+        if problem is not None:
+            raise refused(problem, pod=True)
+        self._compile(line, cell, (), pod=True)  # a syntax error is shown as in any cell, and nothing starts
         name = f"In [{running_cell_number(shell)}]"
         check_names_recorded(RECORDED.cells(), Cell(name, "", cell), shell.user_ns)
         program = pod_program(RECORDED.cells(), name, line, cell, tuple(args.returns), options)
@@ -349,7 +362,7 @@ class TpuMagics(Magics):
         assert self.shell is not None, "tpu_nb's magics run only in a shell"
         return self.shell
 
-    def _compile(self, line: str, cell: str, return_names: tuple[str, ...]) -> CellProgram:
+    def _compile(self, line: str, cell: str, return_names: tuple[str, ...], *, pod: bool = False) -> CellProgram:
         shell = self._shell
         source = shell.transform_cell(cell)
         filename = cache_as_written(shell, line, cell)
@@ -358,21 +371,7 @@ class TpuMagics(Magics):
         except SyntaxError as error:
             # Shown like a normal cell's syntax error, and nothing is started.
             shell.showsyntaxerror(filename)
-            raise UsageError(f"the cell has a syntax error (line {error.lineno}); nothing was started.") from None
-
-
-def _sweep_options_given(args: Any) -> list[str]:
-    """The sweep's options given other than as their defaults (they mean nothing without --trials)."""
-    return [
-        option.flag for option in options_of("cell") if option.name in SWEEP_ONLY and getattr(args, option.name) != _parsed_default(option)
-    ]
-
-
-SWEEP_ONLY = frozenset({"cores_per_trial", "trials_metric", "return_best", "n_trials", "space"})
-
-
-def _parsed_default(option: Option) -> Any:
-    return list(option.default) if option.kind is list else option.default
+            raise refused(f"the cell has a syntax error (line {error.lineno}), shown above: fix it.", pod=pod) from None
 
 
 def load(ipython: InteractiveShell) -> None:
