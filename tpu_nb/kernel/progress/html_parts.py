@@ -214,6 +214,20 @@ def needs_attention(snapshot: ProgressSnapshot) -> bool:
     )
 
 
+def workers_details_html(snapshot: ProgressSnapshot, open_: bool) -> str:
+    """The "Workers and XLA" section the dashboard and the summary show: workers, health and the XLA doctor's words."""
+    body = workers_html(snapshot) + health_html(snapshot) + doctor_html(snapshot)
+    return details_html("Workers and XLA", body, open_, "tpu-nb-details")
+
+
+def all_rows_html(snapshot: ProgressSnapshot, table_rows: int, max_rows: int) -> str:
+    """Every logged row (the last `max_rows`) behind a click, when there are more than the table's `table_rows`."""
+    if len(snapshot.history) <= table_rows:
+        return ""
+    label = f"All {len(snapshot.history)} logged rows"
+    return details_html(label, history_html(snapshot, max_rows), False, "tpu-nb-all-rows")
+
+
 def details_html(label: str, body: str, open_: bool, css_class: str) -> str:
     """A section the reader opens in the browser (no kernel round trip: during a run the kernel is busy)."""
     opened = " open" if open_ else ""
