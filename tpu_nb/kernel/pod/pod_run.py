@@ -28,7 +28,7 @@ from typing import IO
 
 from tpu_nb.kernel.endings.notebook_errors import RunEnded, refused
 from tpu_nb.kernel.endings.run_ending import Died, Ending, Outcome, Raised, Stopped, Succeeded, ending_of
-from tpu_nb.kernel.notebook.cell_output import OutputPrinter, Write, write_to_sys
+from tpu_nb.kernel.notebook.cell_output import LinePrefixer, OutputPrinter, Write, write_to_sys
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.backends import commands
 from tpu_nb.kernel.pod.backends.protocol import PodBackend
@@ -126,6 +126,7 @@ class PodRun(FollowedRun):
         self._hosts_started: set[int] = set()
         self._ended_hosts: dict[int, HostEnded] = {}
         self._raised: tuple[int, ExceptionReport] | None = None
+        self._host_prefixers: dict[int, LinePrefixer] = {}  # --all-ranks-output: every host's lines begin with its number
         self._steps: deque[tuple[float, int]] = deque(maxlen=20)  # host 0's (time, step): the rate
         self._furthest: dict[int, tuple[float, int]] = {}  # host -> (time, step) of its furthest step heard
         self._stacks = PodStacks(options.watchdog, self._ask_for_stacks, run.cells)
@@ -263,7 +264,8 @@ class PodRun(FollowedRun):
             if host == 0 and event.rank in (0, None):
                 self._deliver(event)
             elif self.options.all_ranks_output:
-                self._deliver(Output(None, event.stream, _prefixed(f"[host {host}] ", event.text)))
+                prefixer = self._host_prefixers.setdefault(host, LinePrefixer(f"[host {host}] "))
+                self._deliver(Output(None, event.stream, prefixer(event.stream, event.text)))
         elif isinstance(event, Progress):
             if host == 0:  # rank 0's: on one machine of a simulation, every host has a rank 0
                 if event.step is not None:
@@ -333,7 +335,3 @@ class PodRun(FollowedRun):
             if result is None:
                 return Died(0, None, "host 0", seconds, "finished without saving rank 0's results")
             return Succeeded(MappingProxyType({0: result}), seconds, self._stopping_step, self._stopped_by)
-
-
-def _prefixed(prefix: str, text: str) -> str:
-    return "".join(prefix + piece for piece in text.splitlines(keepends=True))
