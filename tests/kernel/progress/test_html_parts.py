@@ -96,3 +96,15 @@ def test_all_rows_are_a_click_away_only_beyond_the_table_and_at_most_max_rows() 
     rows = all_rows_html(snapshot, table_rows=8, max_rows=12)
     assert rows.startswith('<details class="tpu-nb-all-rows"><summary style="cursor:pointer">All 30 logged rows</summary>')
     assert re.findall(r"<tr><td[^>]*>(\d+)</td>", rows) == [str(step) for step in range(19, 31)]
+
+
+def test_the_health_line_has_the_newest_checkpoint_under_it_when_there_is_one() -> None:
+    import dataclasses
+
+    from tpu_nb.kernel.progress.html_parts import health_lines_html
+
+    snapshot = finished_run(training_metrics())
+    alone = health_lines_html(snapshot)
+    assert alone.startswith('<div class="tpu-nb-xla-stable">') and "tpu-nb-checkpoint" not in alone
+    saved = health_lines_html(dataclasses.replace(snapshot, checkpoint="step 30 saved & verified"))
+    assert saved.startswith(alone) and saved.endswith(">saved</span> step 30 saved &amp; verified</div>")

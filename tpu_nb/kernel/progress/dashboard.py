@@ -27,9 +27,8 @@ from tpu_nb.kernel.endings.status import RunStatus
 from tpu_nb.kernel.progress.chart import render_chart
 from tpu_nb.kernel.progress.html_parts import (
     all_rows_html,
-    checkpoint_html,
     detail_html,
-    health_line_html,
+    health_lines_html,
     needs_attention,
     notices_html,
     phase_colour,
@@ -167,7 +166,7 @@ class Dashboard:
         else:
             self.detail.value = ""
         self.speed.value = throughput_html(snapshot)
-        self.health.value = health_line_html(snapshot) + checkpoint_html(snapshot)
+        self.health.value = health_lines_html(snapshot)
         if snapshot.stall is not self._shown_stall:  # redrawn only when it changes: its whole stacks may be opened
             self._shown_stall = snapshot.stall
             self.stall.value = stall_html(snapshot.stall)

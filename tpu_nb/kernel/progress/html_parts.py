@@ -90,10 +90,11 @@ def column_label(name: str) -> str:
     return _title(name)
 
 
-def health_line_html(snapshot: ProgressSnapshot) -> str:
-    """One line: the health pill and a short account (compilations, workers, findings)."""
+def health_lines_html(snapshot: ProgressSnapshot) -> str:
+    """The health pill with a short account (compilations, workers, findings) on one line; the newest checkpoint under it."""
     level, _text = health(snapshot)
-    return f'<div class="tpu-nb-xla-{level}">{pill("XLA " + level, HEALTH_COLOURS[level])} {html.escape(health_brief(snapshot))}</div>'
+    line = f'<div class="tpu-nb-xla-{level}">{pill("XLA " + level, HEALTH_COLOURS[level])} {html.escape(health_brief(snapshot))}</div>'
+    return line + _checkpoint_html(snapshot)
 
 
 def throughput_html(snapshot: ProgressSnapshot) -> str:
@@ -108,7 +109,7 @@ def throughput_html(snapshot: ProgressSnapshot) -> str:
     return f'<div class="tpu-nb-throughput">{pill("speed", SPEED_COLOUR)} {html.escape(" · ".join(parts))}</div>'
 
 
-def checkpoint_html(snapshot: ProgressSnapshot) -> str:
+def _checkpoint_html(snapshot: ProgressSnapshot) -> str:
     """The newest verified checkpoint, on a line of its own (nothing without --checkpoint)."""
     if snapshot.checkpoint is None:
         return ""

@@ -12,9 +12,8 @@ import html
 from tpu_nb.kernel.progress.chart import render_chart
 from tpu_nb.kernel.progress.html_parts import (
     all_rows_html,
-    checkpoint_html,
     detail_html,
-    health_line_html,
+    health_lines_html,
     needs_attention,
     notices_html,
     phase_colour,
@@ -74,7 +73,7 @@ def render_summary(snapshot: ProgressSnapshot) -> tuple[str, bytes | None]:
     if side_by_side:
         parts.append(f'<div style="display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start">{"".join(side_by_side)}</div>')
     parts.append(stall_html(snapshot.stall))  # a run stopped while it was stuck: where it was stays in the notebook
-    parts.append(health_line_html(snapshot) + checkpoint_html(snapshot))
+    parts.append(health_lines_html(snapshot))
     parts += [workers_details_html(snapshot, needs_attention(snapshot)), notices_html(snapshot.notices)]
     return f'<div class="tpu-nb-summary">{"".join(parts)}</div>', png
 
