@@ -29,13 +29,13 @@ class StallWatch:
 
     def __init__(
         self,
-        run_dir: Path,
+        exchange_dir: Path,
         setting: WatchdogSetting | None,
         clock: Callable[[], float] = time.monotonic,
         chips: Callable[[int], str | None] | None = None,
     ) -> None:
         """`chips`: a rank's chip figures (duty cycle, HBM) where the runtime's metrics can be read."""
-        self._run_dir = run_dir
+        self._exchange_dir = exchange_dir
         self._chips = chips
         self._asking = threading.Lock()  # one request at a time: the dump files are emptied and read per request
         self._record: StallRecord[int, int] = StallRecord(setting, lambda pid: pid, clock)  # each process is its own source
@@ -52,7 +52,7 @@ class StallWatch:
         threads = self._record.running()
         steps = self._record.steps()
         with self._asking:
-            answers = request_stacks(self._run_dir, threads)
+            answers = request_stacks(self._exchange_dir, threads)
         places = sorted((place for answer in answers for place in fold_process(answer, threads[answer.pid], steps)), key=lambda p: p.rank)
         unanswered = tuple(f"pid {answer.pid}{of_ranks(threads[answer.pid])}: {answer.problem}" for answer in answers if answer.problem)
         verdict = judge(places, stall)

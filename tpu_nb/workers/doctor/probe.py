@@ -30,7 +30,7 @@ CPU_CACHE_NOTE = (
 )
 
 
-def analyse_compilations(run_dir: Path, rank: int) -> Path | None:
+def analyse_compilations(exchange_dir: Path, rank: int) -> Path | None:
     """Ask torch_xla to explain every compilation into a file of this rank's (before its first compilation).
 
     torch_xla reads PT_XLA_DEBUG_LEVEL when it first compiles, so setting it
@@ -39,7 +39,7 @@ def analyse_compilations(run_dir: Path, rank: int) -> Path | None:
     """
     if "PT_XLA_DEBUG_LEVEL" in os.environ or "PT_XLA_DEBUG_FILE" in os.environ:
         return None
-    path = run_dir / f"xla-analysis-rank{rank}.txt"
+    path = exchange_dir / f"xla-analysis-rank{rank}.txt"
     os.environ["PT_XLA_DEBUG_LEVEL"] = "1"
     os.environ["PT_XLA_DEBUG_FILE"] = str(path)
     return path
