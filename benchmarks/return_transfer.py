@@ -63,9 +63,9 @@ def through_tpu_nb(state: dict[str, torch.Tensor], directory: str) -> float:
         save_result(RankResult(returned={"model": ModuleWeights(state)}), places, 0)
         os._exit(0)
     os.waitpid(pid, 0)
-    received = load_result(places.run_dir, 0)
+    received = load_result(places.exchange_dir, 0)
     assert received is not None and len(received.returned["model"].state_dict) == len(state)
-    for path in places.run_dir.iterdir():
+    for path in places.exchange_dir.iterdir():
         path.unlink()
     return time.perf_counter() - started
 

@@ -6,11 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from tpu_nb.basics.signals import Delivery, Target, send_signal
+from tpu_nb.basics.signals import Delivery, Target, send_group_signal, send_signal
 from tpu_nb.runtime import SystemView
 
 
@@ -64,23 +64,40 @@ def test_an_exited_process_is_gone(way: str) -> None:
     assert send_signal(target, signal.SIGTERM) is Delivery.GONE
 
 
-def test_another_users_process_is_refused(way: str) -> None:
-    """Asked from a process of an unprivileged user (as root, a forked child drops to nobody first): init's process refuses."""
+def as_nobody(send: Callable[[], Delivery]) -> str:
+    """The name of what `send()` delivers when asked from a process of an unprivileged user (as root, a forked child drops to
+    nobody first)."""
     reader, writer = os.pipe()
     child = os.fork()
     if child == 0:  # the child: only os calls, then _exit
         try:
             if os.geteuid() == 0:
                 os.setuid(65534)
-            os.write(writer, send_signal(Target.seen(1), 0).name.encode())
+            os.write(writer, send().name.encode())
         finally:
             os._exit(0)
     os.close(writer)
     with os.fdopen(reader) as answer:
         said = answer.read()
     os.waitpid(child, 0)
+    return said
 
-    assert said == "REFUSED"
+
+def test_another_users_process_is_refused(way: str) -> None:
+    assert as_nobody(lambda: send_signal(Target.seen(1), 0)) == "REFUSED"  # init's process
+
+
+def test_a_group_gets_the_signal_while_a_member_runs_and_another_users_group_refuses() -> None:
+    leader = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        assert as_nobody(lambda: send_group_signal(leader.pid, 0)) == "REFUSED"
+        assert send_group_signal(leader.pid, signal.SIGTERM) is Delivery.SENT
+        assert leader.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        leader.kill()
+        leader.wait(timeout=30)
+
+    assert send_group_signal(leader.pid, signal.SIGTERM) is Delivery.GONE  # reaped: no member left
 
 
 def test_a_process_whose_start_cannot_be_read_gets_nothing(sleeper: subprocess.Popen[bytes]) -> None:

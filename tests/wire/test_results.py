@@ -1,4 +1,4 @@
-"""A rank's result through the run dir: every part its own file where it fits, checked once written, loaded safely."""
+"""A rank's result through the exchange directory: every part its own file where it fits, checked once written, loaded safely."""
 
 from __future__ import annotations
 
@@ -169,26 +169,26 @@ SAVE_AND_LOAD = """
 import json, sys, torch
 from pathlib import Path
 from tpu_nb.wire.results import ModuleWeights, RankResult, ResultPlaces, index_file, load_result, save_result
-run_dir, spill = Path(sys.argv[1]), Path(sys.argv[2])
+exchange_dir, spill = Path(sys.argv[1]), Path(sys.argv[2])
 model = torch.nn.Linear(100, 100)
 value = torch.arange(5_000_000, dtype=torch.float32)  # 20 MB (19.1 MiB)
-save_result(RankResult(value, True, {"model": ModuleWeights(model.state_dict())}), ResultPlaces(run_dir, (spill,)), 0)
-back = load_result(run_dir, 0)
-record = json.loads(index_file(run_dir, 0).read_text())
+save_result(RankResult(value, True, {"model": ModuleWeights(model.state_dict())}), ResultPlaces(exchange_dir, (spill,)), 0)
+back = load_result(exchange_dir, 0)
+record = json.loads(index_file(exchange_dir, 0).read_text())
 print(json.dumps({
     "value_back": back.value is not None and torch.equal(back.value, value),
     "weights_back": torch.equal(back.returned["model"].state_dict["weight"], model.weight),
     "files": [part.get("file") for part in record["parts"]],
     "lost": [lost.explain() for lost in back.lost],
-    "partials": [str(path) for place in (run_dir, spill) for path in place.glob("*.partial")],
+    "partials": [str(path) for place in (exchange_dir, spill) for path in place.glob("*.partial")],
 }))
 """
 
 
 def save_and_load(tmp_path: Path, run_dir_size: str, spill_size: str) -> dict[str, object]:
-    run_dir, spill = tmp_path / "shm", tmp_path / "disk"
+    exchange_dir, spill = tmp_path / "shm", tmp_path / "disk"
     done = run_with_small_mounts(
-        {run_dir: run_dir_size, spill: spill_size}, [sys.executable, "-c", SAVE_AND_LOAD, str(run_dir), str(spill)]
+        {exchange_dir: run_dir_size, spill: spill_size}, [sys.executable, "-c", SAVE_AND_LOAD, str(exchange_dir), str(spill)]
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])  # type: ignore[no-any-return]
@@ -199,7 +199,7 @@ def test_a_part_too_big_for_the_run_dir_goes_to_disk_and_comes_back(tmp_path: Pa
     assert found["value_back"] and found["weights_back"] and found["lost"] == [] and found["partials"] == []
     weights_file, value_file = found["files"]  # type: ignore[misc]
     assert value_file == str(tmp_path / "disk" / "result-0-1.pt")  # spilled: named by its path
-    assert weights_file == "result-0-0.safetensors"  # small: in the run dir, named relative to it
+    assert weights_file == "result-0-0.safetensors"  # small: in the exchange directory, named relative to it
 
 
 def test_a_part_no_place_can_hold_is_said_with_the_sizes_and_the_rest_comes_back(tmp_path: Path) -> None:

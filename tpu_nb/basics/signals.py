@@ -73,25 +73,24 @@ def send_signal(
         if not still_target():
             return Delivery.NOT_A_TARGET
         if pidfd is None:
-            os.kill(target.pid, signum)
-        else:
-            signal.pidfd_send_signal(pidfd, signum)
-    except ProcessLookupError:
-        return Delivery.GONE
-    except PermissionError:
-        return Delivery.REFUSED
+            return _delivered(lambda: os.kill(target.pid, signum))
+        return _delivered(lambda: signal.pidfd_send_signal(pidfd, signum))
     finally:
         if pidfd is not None:
             os.close(pidfd)
-    return Delivery.SENT
 
 
 def send_group_signal(pgid: int, signum: int) -> Delivery:
     """Signal process group `pgid` while a member of it runs; GONE (nothing sent) once none does."""
     if not live_group_members(pgid):
         return Delivery.GONE
+    return _delivered(lambda: os.killpg(pgid, signum))
+
+
+def _delivered(send: Callable[[], None]) -> Delivery:
+    """What became of the signal `send()` sends: the OS's errno as a Delivery (ESRCH: GONE, EPERM: REFUSED)."""
     try:
-        os.killpg(pgid, signum)
+        send()
     except ProcessLookupError:
         return Delivery.GONE
     except PermissionError:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tpu_nb.runtime.device_holders import is_tpu_device, tpu_device_holders
 from tpu_nb.runtime.info import Accelerator, Platform, RuntimeInfo, StackName, TpuInfo, Versions
-from tpu_nb.runtime.problems import Findings, problems_of
+from tpu_nb.runtime.problems import Detected, problems_of
 from tpu_nb.runtime.system import PciDevice, SystemView
 from tpu_nb.runtime.tpu_software import choose_stack
 from tpu_nb.runtime.versions import install_command, xla_install
@@ -65,7 +65,7 @@ def detect(system: SystemView | None = None, stack: StackName | None = None) -> 
     choice = choose_stack(versions, stack)
     if choice.chosen == "torch_tpu":
         plan = _LaunchPlan(devices_per_worker=1, workers=tpu.chips if tpu else 0)  # a process per chip; no CPU mode
-    found = Findings(
+    found = Detected(
         system, tpu, gpu_count, versions, pjrt_device, plan.workers, topology_vars, xla_install(tpu, versions), holders, choice
     )
     return RuntimeInfo(

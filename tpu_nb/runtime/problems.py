@@ -1,6 +1,6 @@
 """What stops or degrades `%%tpu_train` on a runtime: one rule per problem, each giving its fix.
 
-Each rule looks at what detection found (`Findings`) and returns a `Problem`
+Each rule looks at what detection found (`Detected`) and returns a `Problem`
 or None; `RULES` is their order in `%tpu_info`. A new problem is a new rule.
 """
 
@@ -29,7 +29,7 @@ TORCH_TPU_IN_KERNEL = "torch_tpu_in_kernel"
 
 
 @dataclass(frozen=True, slots=True)
-class Findings:
+class Detected:
     """What detection found, for the rules to judge."""
 
     system: SystemView
@@ -48,7 +48,7 @@ class Findings:
         return self.stack.chosen == "torch_xla"
 
 
-def runtime_initialized(found: Findings) -> Problem | None:
+def runtime_initialized(found: Detected) -> Problem | None:
     if not xla_runtime_started(found.system.modules):
         return None
     return Problem(
@@ -62,7 +62,7 @@ def runtime_initialized(found: Findings) -> Problem | None:
     )
 
 
-def tpu_busy(found: Findings) -> Problem | None:
+def tpu_busy(found: Detected) -> Problem | None:
     holders = found.tpu_holders
     if not found.tpu or not holders:
         return None
@@ -107,7 +107,7 @@ def _numbers(pids: list[int]) -> str:
     return " ".join(map(str, pids))
 
 
-def torch_xla_missing(found: Findings) -> Problem | None:
+def torch_xla_missing(found: Detected) -> Problem | None:
     if found.versions.torch_xla or not found.on_torch_xla:
         return None
     return Problem(
@@ -118,7 +118,7 @@ def torch_xla_missing(found: Findings) -> Problem | None:
     )
 
 
-def version_mismatch(found: Findings) -> Problem | None:
+def version_mismatch(found: Detected) -> Problem | None:
     versions = found.versions
     if not versions.torch or not versions.torch_xla or has_matching_xla(versions) or not found.on_torch_xla:
         return None
@@ -131,7 +131,7 @@ def version_mismatch(found: Findings) -> Problem | None:
     )
 
 
-def libtpu_missing(found: Findings) -> Problem | None:
+def libtpu_missing(found: Detected) -> Problem | None:
     versions = found.versions
     if not found.tpu or not versions.torch_xla or versions.libtpu or not found.on_torch_xla:
         return None
@@ -144,7 +144,7 @@ def libtpu_missing(found: Findings) -> Problem | None:
     )
 
 
-def libtpu_mismatch(found: Findings) -> Problem | None:
+def libtpu_mismatch(found: Detected) -> Problem | None:
     versions = found.versions
     if not found.tpu or not versions.torch_xla or not versions.libtpu or not found.on_torch_xla:
         return None
@@ -160,7 +160,7 @@ def libtpu_mismatch(found: Findings) -> Problem | None:
     )
 
 
-def pjrt_cpu_on_tpu(found: Findings) -> Problem | None:
+def pjrt_cpu_on_tpu(found: Detected) -> Problem | None:
     tpu = found.tpu
     if not tpu or found.pjrt_device.upper() == "TPU" or not found.on_torch_xla:
         return None
@@ -173,7 +173,7 @@ def pjrt_cpu_on_tpu(found: Findings) -> Problem | None:
     )
 
 
-def topology_vars(found: Findings) -> Problem | None:
+def topology_vars(found: Detected) -> Problem | None:
     if not found.topology_vars:
         return None
     expected = found.workers if found.workers > 1 else "N"
@@ -186,7 +186,7 @@ def topology_vars(found: Findings) -> Problem | None:
     )
 
 
-def no_tpu(found: Findings) -> Problem | None:
+def no_tpu(found: Detected) -> Problem | None:
     if found.tpu or not found.on_torch_xla:
         return None
     gpus = f" ({found.gpu_count} NVIDIA GPU(s) found; tpu_nb does not use GPUs)" if found.gpu_count else ""
@@ -198,14 +198,14 @@ def no_tpu(found: Findings) -> Problem | None:
     )
 
 
-def torch_tpu_incomplete(found: Findings) -> Problem | None:
+def torch_tpu_incomplete(found: Detected) -> Problem | None:
     used = found.stack.used
     if found.on_torch_xla or used.works:
         return None
     return Problem(TORCH_TPU_INCOMPLETE, "error", f"TorchTPU (torch_tpu) cannot run here: {used.missing}.", used.fix or "")
 
 
-def torch_tpu_needs_tpu(found: Findings) -> Problem | None:
+def torch_tpu_needs_tpu(found: Detected) -> Problem | None:
     if found.on_torch_xla or found.tpu:
         return None
     return Problem(
@@ -217,7 +217,7 @@ def torch_tpu_needs_tpu(found: Findings) -> Problem | None:
     )
 
 
-def torch_tpu_in_kernel(found: Findings) -> Problem | None:
+def torch_tpu_in_kernel(found: Detected) -> Problem | None:
     modules = found.system.modules
     if found.on_torch_xla or not torch_tpu_backend_loaded(modules):
         return None
@@ -240,7 +240,7 @@ def torch_tpu_in_kernel(found: Findings) -> Problem | None:
     )
 
 
-RULES: tuple[Callable[[Findings], Problem | None], ...] = (
+RULES: tuple[Callable[[Detected], Problem | None], ...] = (
     runtime_initialized,
     torch_tpu_in_kernel,
     torch_tpu_incomplete,
@@ -256,6 +256,6 @@ RULES: tuple[Callable[[Findings], Problem | None], ...] = (
 )
 
 
-def problems_of(found: Findings) -> tuple[Problem, ...]:
+def problems_of(found: Detected) -> tuple[Problem, ...]:
     """Every rule's problem, in `RULES` order."""
     return tuple(problem for rule in RULES if (problem := rule(found)) is not None)

@@ -4,7 +4,7 @@ torch and torch_xla are imported inside the functions: only the workers
 touch a device. The doctor and the watchdog name places in the user's code and pass over
 tpu_nb's own files, so these loops are compiled from source under a file name
 of their own (kept in `linecache`, as IPython keeps a cell's): a finding then
-reads "tpu_nb_selftest_planted.py, line 12: value = loss.item()".
+reads "tpu_nb_selftest_planted.py, line 15: value = loss.item()".
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ SOURCE = """\
 import time
 
 import tpu_nb
+from tpu_nb.selftest.workloads import train_step
 
 
 def host_read_loop(steps):
@@ -28,11 +29,7 @@ def host_read_loop(steps):
     layer = torch.nn.Linear(8, 2).to(device)
     optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
     for step in range(1, steps + 1):
-        loss = layer(torch.randn(16, 8, device=device)).pow(2).mean()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        torch_xla.sync()
+        loss = train_step(layer, optimizer, torch.randn(16, 8, device=device))
         value = loss.item()  # planted: a host read every step
         tpu_nb.report(step=step, loss=loss, max_steps=steps)
         time.sleep(0.05)
@@ -47,11 +44,7 @@ def shape_change_loop(steps):
     optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
     for step in range(1, steps + 1):
         x = torch.randn(8 + step % 6, 64).to(device)  # planted: the batch's shape changes
-        loss = layer(x).pow(2).mean()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        torch_xla.sync()
+        loss = train_step(layer, optimizer, x)
         tpu_nb.report(step=step, loss=loss, max_steps=steps)
 
 

@@ -74,6 +74,25 @@ def who_am_i() -> dict[str, Any]:
     }
 
 
+def train_step(layer: Any, optimizer: Any, inputs: Any, averaged: bool = False) -> Any:
+    """One step of the checks' small models (the mean square of `layer(inputs)` down its gradient), compiled and run; its loss.
+
+    `averaged`: through `xm.optimizer_step`, which averages the gradients over every rank first.
+    """
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    loss = layer(inputs).pow(2).mean()
+    loss.backward()
+    if averaged:
+        xm.optimizer_step(optimizer)
+    else:
+        optimizer.step()
+    optimizer.zero_grad()
+    torch_xla.sync()
+    return loss
+
+
 def collectives(steps: int = 3) -> dict[str, Any]:
     """An all_reduce of rank + 1, then a few `xm.optimizer_step`s on different data per rank; the weights after."""
     import torch
@@ -89,11 +108,7 @@ def collectives(steps: int = 3) -> dict[str, Any]:
     optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
     generator = torch.Generator().manual_seed(100 + rank)  # each rank its own data: equal weights come from the averaged gradients
     for _ in range(steps):
-        loss = layer(torch.randn(8, 16, generator=generator).to(device)).pow(2).mean()
-        loss.backward()
-        xm.optimizer_step(optimizer)
-        optimizer.zero_grad()
-        torch_xla.sync()
+        train_step(layer, optimizer, torch.randn(8, 16, generator=generator).to(device), averaged=True)
     weights = torch.cat([parameter.detach().cpu().flatten() for parameter in layer.parameters()])
     return {"sum": float(total.cpu()[0]), "expected": world * (world + 1) / 2, "weights": weights}
 
@@ -148,11 +163,7 @@ def stoppable_loop(steps: int = 10_000) -> dict[str, Any]:
     step = 0
     try:
         for step in range(1, steps + 1):
-            loss = layer(torch.ones(8, 16, device=device)).pow(2).mean()
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            torch_xla.sync()
+            loss = train_step(layer, optimizer, torch.ones(8, 16, device=device))
             tpu_nb.report(step=step, loss=loss)
             time.sleep(0.05)
     except tpu_nb.StopTraining:
@@ -215,11 +226,7 @@ def checkpointed_loop(steps: int) -> dict[str, Any]:
     start = tpu_nb.checkpoint.track(model=layer, optimizer=optimizer)
     for step in range(start, steps):  # `track` gives the step after the checkpoint's last one
         generator = torch.Generator().manual_seed(1000 + step)
-        loss = layer(torch.randn(8, 16, generator=generator).to(device)).pow(2).mean()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        torch_xla.sync()
+        loss = train_step(layer, optimizer, torch.randn(8, 16, generator=generator).to(device))
         tpu_nb.report(step=step, loss=loss, max_steps=steps)
     return {"started_at": start, "weights": torch.cat([parameter.detach().cpu().flatten() for parameter in layer.parameters()])}
 

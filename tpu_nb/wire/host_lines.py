@@ -102,7 +102,7 @@ def encode(host: int, event: HostEvent, origin: str = "") -> str:
     fields = dataclasses.asdict(event)
     record = {"host": host, "origin": origin, "type": type(event).__name__, "fields": fields}
     # Not ASCII-escaped: a CJK character takes 3 bytes, not 6, of the line's budget.
-    return MARKER + json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=_plain) + "\n"
+    return MARKER + json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=_json_safe) + "\n"
 
 
 def decode(line: str) -> HostLine:
@@ -173,16 +173,16 @@ def _convert(value: Any, hint: Any) -> Any:
     raise _Malformed(f"{value!r} is not {hint}")
 
 
-def _plain(value: Any) -> Any:
+def _json_safe(value: Any) -> Any:
     """JSON for what json cannot take: numpy and torch scalars by their value, anything else by its text."""
     item = getattr(value, "item", None)
     if callable(item):
         try:
-            plain = item()
+            scalar = item()
         except (TypeError, ValueError, RuntimeError):
-            plain = None  # not a scalar
-        if isinstance(plain, int | float | bool | str):
-            return plain
+            scalar = None  # not a scalar
+        if isinstance(scalar, int | float | bool | str):
+            return scalar
     return str(value)
 
 

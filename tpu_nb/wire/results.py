@@ -1,10 +1,10 @@
 """What a run hands back to the kernel: each rank's result (its value and `--return` names), part by part.
 
-Results are written with `torch.save` to the run directory in shared memory
+Results are written with `torch.save` to the exchange directory in shared memory
 (/dev/shm where it exists) and read back in the kernel, rather than pushed
 through a pipe: `benchmarks/return_transfer.py` measures the difference.
 Shared memory is often small (Docker gives containers 64 MB), so each part
-goes where it fits: the run directory when it has room to spare, else a
+goes where it fits: the exchange directory when it has room to spare, else a
 private directory on local disk (`ResultPlaces`). Every file is checked once
 written (its size and its zip directory, which a write cut short lacks)
 before it counts, and a part that no place could hold is said, with the
@@ -47,13 +47,15 @@ ROOM_TO_SPARE = 16 << 20
 
 @dataclass(frozen=True, slots=True)
 class ResultPlaces:
-    """Where a run's workers may write results: the run directory first, then private directories on local disk."""
+    """Where a run's workers may write results: the exchange directory first, then private directories on local disk."""
 
-    run_dir: Path
+    exchange_dir: Path
+    """Where the workers leave what the kernel reads (results, reports, stacks, the doctor's logs): a local run's private
+    temporary directory (in shared memory when it has room), a pod host's `results/`; not the pod's run directory."""
     spill_dirs: tuple[Path, ...] = ()
 
     def all(self) -> tuple[Path, ...]:
-        return (self.run_dir, *self.spill_dirs)
+        return (self.exchange_dir, *self.spill_dirs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +147,7 @@ def save_result(result: RankResult, places: ResultPlaces, rank: int, to_host: Ca
     order = sorted(parts, key=lambda key: not isinstance(parts[key], ModuleWeights))
     index = [_save_part(key, parts[key], places, f"result-{rank}-{number}", to_host) for number, key in enumerate(order)]
     record = {"has_value": result.has_value, "missing": list(result.missing), "parts": index}
-    write_atomically(index_file(places.run_dir, rank), json.dumps(record).encode())
+    write_atomically(index_file(places.exchange_dir, rank), json.dumps(record).encode())
 
 
 def index_file(directory: Path, rank: int) -> Path:
@@ -232,11 +234,11 @@ def _save_part(key: str, value: Any, places: ResultPlaces, stem: str, to_host: C
             tried[place] += f": {written_error or error}"
             continue
         os.replace(partial, path)
-        in_run_dir = place == places.run_dir
+        in_exchange_dir = place == places.exchange_dir
         entry: dict[str, Any] = {
             "key": key,
             "kind": "weights" if weights else "pickle",
-            "file": file_name if in_run_dir else str(path),
+            "file": file_name if in_exchange_dir else str(path),
             "bytes": size,
         }
         if weights and value.adapters:
@@ -276,7 +278,7 @@ def _writing(value: Any, stem: str, to_host: Callable[[Any], Any]) -> _Writing:
 
 
 def _by_room(free: dict[Path, int], size: int) -> list[Path]:
-    """The places to try in order: those with room to spare (run dir first), then the roomiest of the rest."""
+    """The places to try in order: those with room to spare (exchange directory first), then the roomiest of the rest."""
     roomy = [place for place in free if free[place] >= size * 1.1 + ROOM_TO_SPARE]
     rest = sorted((place for place in free if place not in roomy), key=free.__getitem__, reverse=True)
     return roomy + rest[:1]  # a size is an estimate: try one more place before giving up
@@ -466,7 +468,7 @@ def _load_part(directory: Path, part: dict[str, Any], pickled: bool) -> Any:
 
 
 def _part_path(directory: Path, part: dict[str, Any]) -> Path:
-    # A part in the run directory is named relative to it (a pod's results travel), one spilled to disk by its path.
+    # A part in the exchange directory is named relative to it (a pod's results travel), one spilled to disk by its path.
     file = Path(part["file"])
     return file if file.is_absolute() else directory / file.name
 

@@ -1,7 +1,7 @@
 """Where every rank is when a run goes quiet: the watchdog's setting, the stack dump files, the report the notebook shows.
 
 Each worker process arms `faulthandler` on `STACKS_SIGNAL` with its dump
-file in the run directory (`stack_dump_path`): on that signal the
+file in the exchange directory (`stack_dump_path`): on that signal the
 interpreter writes every thread's Python stack there from C, so a rank
 stuck in C++ (a collective, a compilation) still answers, even with the
 GIL held. The kernel sends the signal, reads the files and folds them into
@@ -38,9 +38,9 @@ class WatchdogSetting:
         return f"{self.seconds:g}s" if self.seconds is not None else f"{STEP_TIMES:g}x the median step, at least {MIN_THRESHOLD:g}s"
 
 
-def stack_dump_path(run_dir: Path, pid: int) -> Path:
+def stack_dump_path(exchange_dir: Path, pid: int) -> Path:
     """Where worker process `pid` writes its threads' stacks when the kernel signals it."""
-    return run_dir / f"stacks-{pid}.txt"
+    return exchange_dir / f"stacks-{pid}.txt"
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tpu_nb.kernel.notebook.cell_output import OutputPrinter
+from tpu_nb.kernel.notebook.cell_output import LinePrefixer, OutputPrinter
 from tpu_nb.wire.events import Output, Progress
 
 
@@ -31,3 +31,12 @@ def test_other_ranks_are_prefixed_line_by_line_across_chunks() -> None:
 
 def test_other_events_print_nothing() -> None:
     assert printed(True, Progress(0, 3, {"loss": 1.0})) == []
+
+
+def test_a_prefix_begins_every_line_of_each_stream_across_pieces_and_after_a_carriage_return() -> None:
+    prefixer = LinePrefixer("[host 1] ")
+    assert prefixer("stdout", "a\nb") == "[host 1] a\n[host 1] b"
+    assert prefixer("stderr", "50%\r") == "[host 1] 50%\r"  # each stream its own line
+    assert prefixer("stdout", "c\r\nd\n") == "c\r\n[host 1] d\n"
+    assert prefixer("stderr", "60%\r") == "[host 1] 60%\r"
+    assert prefixer("stdout", "") == ""

@@ -138,6 +138,7 @@ def start_run(
     python: str = "python3",
     write: Write = lambda stream, text: None,
     watchdog: WatchdogSetting | None = None,
+    all_ranks_output: bool = False,
 ) -> PodRun:
     cells = (Cell("In [1]", "%%tpu_prepare", PREPARE),), Cell("In [2]", "%%tpu_train --pod my-slice", train)
     program = PodProgram(*cells, ("model",)) if watchdog is None else PodProgram(*cells, ("model",), watchdog=watchdog)
@@ -146,7 +147,14 @@ def start_run(
         program, tmp_path / "runs" / "run-1", "run-1", hosts=pod.hosts, devices=4 * pod.hosts
     )  # v4: 4 chips a host
     TpuVmSlice(pod.name).host_versions()  # makes ~/tpu_nb_runs on each host, as the preflight does
-    run = PodRun(vm, run_dir, LaunchOptions(progress=False, stop_grace=5.0), "test", write=write, observers=[events])
+    run = PodRun(
+        vm,
+        run_dir,
+        LaunchOptions(progress=False, stop_grace=5.0, all_ranks_output=all_ranks_output),
+        "test",
+        write=write,
+        observers=[events],
+    )
     run.start()
     return run
 
@@ -169,7 +177,7 @@ def test_every_host_reports_and_a_graceful_stop_stops_every_host_at_the_same_ste
     in_step = TRAIN.replace("import torch_xla\n", "import torch_xla\nimport torch_xla.core.xla_model as xm\n")
     in_step = in_step.replace("optimizer.step();", "xm.optimizer_step(optimizer);")  # gradients averaged over both hosts' processes
     in_step = "print('world of', world_size, flush=True)\n" + in_step
-    run = start_run(pod_world, tmp_path, in_step.format(steps=100_000, pause=0.05, failing_host="none"), events)
+    run = start_run(pod_world, tmp_path, in_step.format(steps=100_000, pause=0.05, failing_host="none"), events, all_ranks_output=True)
     try:
         while not any(event.step is not None and event.step >= 5 for event in events.of(Progress)):
             run.poll()
@@ -180,7 +188,9 @@ def test_every_host_reports_and_a_graceful_stop_stops_every_host_at_the_same_ste
         run.close()
     assert ending.status == "stopped", ending.text
     assert "model" in ending.results[0].returned
-    assert any("world of 4" in event.text for event in events.of(Output))  # both hosts' 2 processes in one world
+    printed = "".join(event.text for event in events.of(Output))
+    assert printed.count("world of 4\n") == 4  # both hosts' 2 processes in one world
+    assert printed.count("[host 1] world of 4\n") == 2 and printed.count("[host 0] world of 4\n") == 1  # host 0's rank 0 as is
     assert {event.rank for event in events.of(WorkerStarted)} == {0, 1}  # a worker row per host
     assert {event.rank for event in events.of(Heartbeat)} <= {0, 1} and events.of(Heartbeat)
     stops = {event.rank: event.step for event in events.of(Stopping)}

@@ -8,7 +8,7 @@ import numpy as np
 from matplotlib.image import imread
 from support.finished_runs import PNG_SIGNATURE, finished_run, training_metrics
 
-from tpu_nb.kernel.progress.chart import render_chart
+from tpu_nb.kernel.progress.chart import overlay_chart, render_chart
 
 WHITE, JUPYTERLAB_DARK = (1.0, 1.0, 1.0), (0x11 / 255, 0x11 / 255, 0x11 / 255)
 GRAPHICS_CONTRAST = 3.0  # WCAG's minimum for graphics and large text
@@ -44,6 +44,16 @@ def test_chart_text_and_lines_read_on_white_and_on_a_dark_page() -> None:
         assert worst >= GRAPHICS_CONTRAST, f"ink at {worst:.2f}:1 on {page}"
     lines = ink[ink.max(axis=1) - ink.min(axis=1) > 0.2]  # coloured, not the grey of the text
     assert len(lines) > 100, "the lines are drawn in colour"
+
+
+def test_an_overlay_has_a_panel_per_metric_with_points_and_a_line_per_run() -> None:
+    run_a, run_b, unseen = ("#0", [(1, 2.0), (2, 1.5), (3, 1.2)]), ("#1", [(1, 2.5), (2, 2.0)]), ("#2", [])
+    assert overlay_chart([("loss", [unseen]), ("eval_loss", [unseen])]) is None  # nothing reported yet: no chart
+    png = overlay_chart([("loss", [run_a, run_b, unseen]), ("eval_loss", [unseen])])
+    assert png is not None and png.startswith(PNG_SIGNATURE)
+    assert png == overlay_chart([("loss", [run_a, run_b])])  # the panel and the run without points are left out
+    lines = _pixels(png)[..., :3]
+    assert (lines.max(axis=2) - lines.min(axis=2) > 0.2).sum() > 100, "the runs' lines are drawn in colour"
 
 
 def _pixels(png: bytes | None) -> np.ndarray:

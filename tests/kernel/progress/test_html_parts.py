@@ -76,3 +76,35 @@ def test_the_watchdog_s_report_shows_verdict_fix_each_rank_and_the_whole_stacks_
     assert "<code>In [3], line 10: time.sleep(600)</code>" in shown and "waiting in <code>torch/distributed/" in shown
     assert "no stacks from pid 9: gone" in shown and "Chips: rank 0: TensorCore 2%" in shown
     assert '<details class="tpu-nb-stacks">' in shown and "other thread: thread 0x8: x" in shown
+
+
+def test_the_workers_and_xla_section_holds_the_workers_health_and_doctor_and_opens_when_asked() -> None:
+    from tpu_nb.kernel.progress.html_parts import doctor_html, health_html, workers_details_html, workers_html
+
+    snapshot = finished_run(training_metrics())
+    closed, opened = workers_details_html(snapshot, False), workers_details_html(snapshot, True)
+    assert closed.startswith('<details class="tpu-nb-details"><summary') and opened.startswith('<details class="tpu-nb-details" open>')
+    assert "Workers and XLA</summary>" in closed
+    assert closed.endswith(f"{workers_html(snapshot)}{health_html(snapshot)}{doctor_html(snapshot)}</details>")
+
+
+def test_all_rows_are_a_click_away_only_beyond_the_table_and_at_most_max_rows() -> None:
+    from tpu_nb.kernel.progress.html_parts import all_rows_html
+
+    snapshot = finished_run({step: {"loss": 1.0 / step} for step in range(1, 31)})
+    assert all_rows_html(snapshot, table_rows=30, max_rows=100) == ""
+    rows = all_rows_html(snapshot, table_rows=8, max_rows=12)
+    assert rows.startswith('<details class="tpu-nb-all-rows"><summary style="cursor:pointer">All 30 logged rows</summary>')
+    assert re.findall(r"<tr><td[^>]*>(\d+)</td>", rows) == [str(step) for step in range(19, 31)]
+
+
+def test_the_health_line_has_the_newest_checkpoint_under_it_when_there_is_one() -> None:
+    import dataclasses
+
+    from tpu_nb.kernel.progress.html_parts import health_lines_html
+
+    snapshot = finished_run(training_metrics())
+    alone = health_lines_html(snapshot)
+    assert alone.startswith('<div class="tpu-nb-xla-stable">') and "tpu-nb-checkpoint" not in alone
+    saved = health_lines_html(dataclasses.replace(snapshot, checkpoint="step 30 saved & verified"))
+    assert saved.startswith(alone) and saved.endswith(">saved</span> step 30 saved &amp; verified</div>")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tpu_nb.kernel.stalls.record import SILENT_EXTRA, Silence, StallRecord
+from tpu_nb.kernel.stalls.record import SILENT_EXTRA, Silence, StallRecord, of_ranks, ranks_text
 from tpu_nb.wire.events import Heartbeat, Output, Progress, Stalled, WorkerFinished, WorkerRaised, WorkerStarted
 from tpu_nb.wire.host_lines import HostEvent
 from tpu_nb.wire.stacks import MIN_THRESHOLD, WatchdogSetting
@@ -126,3 +126,9 @@ def test_on_a_pod_every_host_has_its_own_ranks_and_processes() -> None:
     assert record.steps() == {(0, 0): 10, (1, 0): 11}
     assert record.running() == {(0, 500): {1: (0, 0)}}
     assert record.process_of((1, 0)) == (1, 500)
+
+
+def test_ranks_are_listed_in_order_and_a_process_without_known_ranks_names_none() -> None:
+    assert ranks_text([3, 0, 12]) == "0, 3, 12"
+    assert of_ranks({7001: 1, 7000: 0}) == " (rank 0, 1)"  # by thread id: the ranks a worker process runs
+    assert of_ranks({}) == ""

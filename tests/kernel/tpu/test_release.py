@@ -223,6 +223,27 @@ def test_a_pid_reused_between_listing_and_signalling_gets_no_signal(machine: Sys
     assert (200, None) in [(ended.holder.pid, ended.by) for ended in release.ended]  # the holder listed is gone
 
 
+class SigtermIgnored(FakeSignals):
+    """SIGTERM reaches every process and ends none; SIGKILL goes through FakeSignals (66 refuses it, `exited` go first)."""
+
+    def __call__(self, target: Target, signum: int, *, still_target: Callable[[], bool], system: SystemView) -> Delivery:
+        if signum == signal.SIGTERM:
+            self.sent.append((target.pid, signum))
+            return Delivery.SENT
+        return super().__call__(target, signum, still_target=still_target, system=system)
+
+
+def test_sigkill_refused_or_too_late_is_told_as_sigterm_s_is(machine: SystemView, tmp_path: Path) -> None:
+    send = SigtermIgnored(tmp_path / "proc", exited={200})
+
+    release = release_tpu(machine, None, grace=0.1, cpu_window=0, signal_with=send)
+
+    assert send.sent == [(66, signal.SIGTERM), (200, signal.SIGTERM), (66, signal.SIGKILL)]
+    assert [(ended.holder.pid, ended.by) for ended in release.ended] == [(200, "SIGTERM")]  # it went before its SIGKILL
+    refused = {item.holder.pid: item for item in release.left}[66]
+    assert (refused.reason, refused.fix) == ("the system did not allow signalling it (SIGKILL: permission denied)", "sudo kill 66")
+
+
 def test_nothing_to_release(tmp_path: Path) -> None:
     release = release_tpu(SystemView(environ={}, dev_root=tmp_path, proc_root=tmp_path, modules={}), None)
 

@@ -18,7 +18,7 @@ from support.processes import descendants, interrupt_when, wait_until
 import tpu_nb
 from tpu_nb.kernel.endings.notebook_errors import LaunchRefused, WorkerError
 from tpu_nb.kernel.trials.spec import Trial, parse_trials
-from tpu_nb.kernel.trials.sweep import TrialOutcome, TrialWatch, Watches
+from tpu_nb.kernel.trials.sweep import TrialOutcome, TrialWatch, Watches, _prefixed
 from tpu_nb.kernel.trials.sweep_record import RECORD
 from tpu_nb.kernel.trials.sweep_start import plan_sweep, run_sweep
 from tpu_nb.kernel.trials.trial_record import record_values
@@ -379,3 +379,17 @@ def test_a_refused_resume_leaves_a_changed_trials_directory_where_it_was(tmp_pat
     with pytest.raises(LaunchRefused, match=f"--resume: {tmp_path}/trial-0 was trained with other values and could not be moved aside"):
         tpu_nb.launch(quick, trials="lr=0.3", checkpoint=str(tmp_path), resume=True)
     assert not descendants(os.getpid())
+
+
+def test_each_line_a_trial_prints_begins_with_its_number_a_progress_bar_s_redraw_too() -> None:
+    written: list[tuple[str, str]] = []
+    write = _prefixed(lambda stream, text: written.append((stream, text)), Trial(3, {"lr": 1e-5}))
+    for stream, text in (("stdout", "step 1\nstep"), ("stderr", " 10%\r"), ("stdout", " 2\n"), ("stderr", " 20%\r"), ("stdout", "")):
+        write(stream, text)
+
+    assert written == [
+        ("stdout", "[trial 3] step 1\n[trial 3] step"),
+        ("stderr", "[trial 3]  10%\r"),
+        ("stdout", " 2\n"),
+        ("stderr", "[trial 3]  20%\r"),  # the bar is drawn again from the line's start: the number with it
+    ]

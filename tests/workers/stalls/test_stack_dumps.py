@@ -47,8 +47,8 @@ waiting_here()
 """
 
 
-def start_armed(run_dir: Path) -> subprocess.Popen[str]:
-    process = subprocess.Popen([sys.executable, "-c", ARMED, str(run_dir)], stdout=subprocess.PIPE, text=True)
+def start_armed(exchange_dir: Path) -> subprocess.Popen[str]:
+    process = subprocess.Popen([sys.executable, "-c", ARMED, str(exchange_dir)], stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None and process.stdout.readline() == "ready\n"
     return process
 

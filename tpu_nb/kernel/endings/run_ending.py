@@ -1,4 +1,4 @@
-"""How a run ended: read from its run dir, then said once, in words and as the notebook's exception.
+"""How a run ended: read from its exchange directory, then said once, in words and as the notebook's exception.
 
 This is where a worker's exception becomes the notebook's error: `ending_of`
 turns every outcome into an `Ending` (status, text, exception, results),
@@ -123,7 +123,7 @@ def describe_exit(code: int | None) -> tuple[str, str]:
 
 
 def collect(
-    run_dir: Path,
+    exchange_dir: Path,
     ranks_by_pid: Mapping[int, int],
     first_raising_rank: int | None,
     supervisor_status: int,
@@ -133,20 +133,20 @@ def collect(
     stopped_by: str = "user",
     returned: Callable[[], Collection[str]] | None = None,
 ) -> Outcome:
-    """Read what the supervisor and workers left in the run dir; `returned`, asked once the results are there to load,
+    """Read what the supervisor and workers left in the exchange directory; `returned`, asked once the results are there to load,
     says which `--return` names to load (None: all)."""
-    raised = load_exceptions(run_dir)
+    raised = load_exceptions(exchange_dir)
     if raised:
         rank = first_raising_rank if first_raising_rank in raised else min(raised)
         return Raised(raised[rank], seconds)
-    report = load_report(run_dir)
+    report = load_report(exchange_dir)
     if report is None or report.error is not None or supervisor_status != 0:
         return _died(report, ranks_by_pid, supervisor_status, seconds)
     results = {}
     names = None if returned is None else returned()
     for rank in wanted_ranks:
         try:
-            result = load_result(run_dir, rank, names=names)
+            result = load_result(exchange_dir, rank, names=names)
         except ResultNotLoaded as error:
             return Died(rank, None, f"rank {rank}", seconds, f"finished, but {error}", kept=error.path)
         if result is None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from tpu_nb.basics.units import format_duration
 from tpu_nb.kernel.history.log import THROUGHPUT_CURVE, RunLog
 from tpu_nb.kernel.history.run_record import RunRecord
-from tpu_nb.kernel.progress.chart import Curve, overlay_chart
+from tpu_nb.kernel.progress.chart import overlay_chart
 from tpu_nb.kernel.progress.text import format_count_rate, format_mfu, format_value
 
 LOSS = "loss"
@@ -83,12 +83,7 @@ def runs_html(records: Sequence[RunRecord], metric: str, chart: bytes | None) ->
 
 def runs_chart(records: Sequence[RunRecord], metric: str) -> bytes | None:
     """The loss (and `metric`) of each run against its steps, a line per run."""
-    return overlay_chart([(name, [_curve(record, name) for record in records]) for name in _shown(metric)])
-
-
-def _curve(record: RunRecord, name: str) -> Curve:
-    points = record.curves.get(name, ())
-    return (run_label(record), [step for step, _ in points], [value for _, value in points])
+    return overlay_chart([(name, [(run_label(record), record.curves.get(name, ())) for record in records]) for name in _shown(metric)])
 
 
 def _tokens(record: RunRecord) -> str:

@@ -17,13 +17,33 @@ def write_to_sys(stream: str, text: str) -> None:
     target.flush()
 
 
+class LinePrefixer:
+    """Begins each line printed on a stream with `prefix`, across pieces that end mid-line (workers print in pieces).
+
+    A line redrawn after a carriage return (a progress bar) begins again, so it gets the prefix again.
+    """
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self._at_line_start: dict[str, bool] = {}
+
+    def __call__(self, stream: str, text: str) -> str:
+        out = []
+        at_start = self._at_line_start.get(stream, True)
+        for piece in text.splitlines(keepends=True):
+            out.append(self.prefix + piece if at_start else piece)
+            at_start = piece.endswith(("\n", "\r"))
+        self._at_line_start[stream] = at_start
+        return "".join(out)
+
+
 class OutputPrinter:
     """Shows what workers print: rank 0's as is, other ranks' prefixed (on request)."""
 
     def __init__(self, all_ranks: bool, write: Write = write_to_sys) -> None:
         self.all_ranks = all_ranks
         self.write = write
-        self._line_start: dict[tuple[int | None, str], bool] = {}
+        self._prefixers: dict[int, LinePrefixer] = {}
 
     def on_event(self, event: Event) -> None:
         if not isinstance(event, Output):
@@ -31,15 +51,5 @@ class OutputPrinter:
         if event.rank == 0 or event.rank is None:
             self.write(event.stream, event.text)
         elif self.all_ranks:
-            self.write(event.stream, self._prefixed(event))
-
-    def _prefixed(self, event: Output) -> str:
-        key = (event.rank, event.stream)
-        prefix = f"[rank {event.rank}] "
-        out = []
-        at_start = self._line_start.get(key, True)
-        for piece in event.text.splitlines(keepends=True):
-            out.append(prefix + piece if at_start else piece)
-            at_start = piece.endswith(("\n", "\r"))
-        self._line_start[key] = at_start
-        return "".join(out)
+            prefixer = self._prefixers.setdefault(event.rank, LinePrefixer(f"[rank {event.rank}] "))
+            self.write(event.stream, prefixer(event.stream, event.text))

@@ -28,7 +28,7 @@ from typing import IO
 
 from tpu_nb.kernel.endings.notebook_errors import RunEnded, refused
 from tpu_nb.kernel.endings.run_ending import Died, Ending, Outcome, Raised, Stopped, Succeeded, ending_of
-from tpu_nb.kernel.notebook.cell_output import OutputPrinter, Write, write_to_sys
+from tpu_nb.kernel.notebook.cell_output import LinePrefixer, OutputPrinter, Write, write_to_sys
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.pod.backends import commands
 from tpu_nb.kernel.pod.backends.protocol import PodBackend
@@ -48,8 +48,8 @@ from tpu_nb.wire.stacks import StackAnswer, StackReport
 from tpu_nb.wire.worker_exceptions import ExceptionReport
 
 STREAM_END_WAIT = 10.0  # seconds for the backend's stream to end after every host said it ended
-PLAIN_LINES_KEPT = 3  # of the backend's own output, for an error that needs them
-PLAIN_LINE_BYTES = 2000  # of each of them kept (head and tail)
+OTHER_LINES_KEPT = 3  # of the lines that are no host's event (gcloud's, kubectl's, C++ logs), for an error that needs them
+OTHER_LINE_BYTES = 2000  # of each of them kept (head and tail)
 
 
 class _Lines:
@@ -126,11 +126,12 @@ class PodRun(FollowedRun):
         self._hosts_started: set[int] = set()
         self._ended_hosts: dict[int, HostEnded] = {}
         self._raised: tuple[int, ExceptionReport] | None = None
+        self._host_prefixers: dict[int, LinePrefixer] = {}  # --all-ranks-output: every host's lines begin with its number
         self._steps: deque[tuple[float, int]] = deque(maxlen=20)  # host 0's (time, step): the rate
         self._furthest: dict[int, tuple[float, int]] = {}  # host -> (time, step) of its furthest step heard
         self._stacks = PodStacks(options.watchdog, self._ask_for_stacks, run.cells)
         self._follower: int | None = None  # the thread that follows the run
-        self._plain_lines: deque[str] = deque(maxlen=PLAIN_LINES_KEPT)
+        self._other_lines: deque[str] = deque(maxlen=OTHER_LINES_KEPT)
         self._origins: dict[str, int] = {}  # a host's train.py ("hostname:pid") -> its row
         self._stopping_step: int | None = None
         self._stream_ended_at: float | None = None
@@ -246,7 +247,7 @@ class PodRun(FollowedRun):
             # gcloud's or kubectl's own words, or C++ logs of any host: said when the run fails
             # without an explanation from the hosts, shown live only with --all-ranks-output.
             # A line that only looks like an event is always shown: it is somebody's output.
-            self._plain_lines.append(cap_text(line.rstrip("\n"), PLAIN_LINE_BYTES))
+            self._other_lines.append(cap_text(line.rstrip("\n"), OTHER_LINE_BYTES))
             if self.options.all_ranks_output or decoded.malformed:
                 self._deliver(Output(None, stream, line))
             return
@@ -263,7 +264,8 @@ class PodRun(FollowedRun):
             if host == 0 and event.rank in (0, None):
                 self._deliver(event)
             elif self.options.all_ranks_output:
-                self._deliver(Output(None, event.stream, _prefixed(f"[host {host}] ", event.text)))
+                prefixer = self._host_prefixers.setdefault(host, LinePrefixer(f"[host {host}] "))
+                self._deliver(Output(None, event.stream, prefixer(event.stream, event.text)))
         elif isinstance(event, Progress):
             if host == 0:  # rank 0's: on one machine of a simulation, every host has a rank 0
                 if event.step is not None:
@@ -317,7 +319,7 @@ class PodRun(FollowedRun):
         silent = [host for host in range(self.run.hosts) if host not in self._ended_hosts]
         if silent:
             assert self._process is not None
-            said = " | ".join(line for line in self._plain_lines if line.strip())
+            said = " | ".join(line for line in self._other_lines if line.strip())
             cause = f"ended without a word ({self.backend.command} exited with code {self._process.returncode}" + (
                 f": {said})" if said else ")"
             )
@@ -333,7 +335,3 @@ class PodRun(FollowedRun):
             if result is None:
                 return Died(0, None, "host 0", seconds, "finished without saving rank 0's results")
             return Succeeded(MappingProxyType({0: result}), seconds, self._stopping_step, self._stopped_by)
-
-
-def _prefixed(prefix: str, text: str) -> str:
-    return "".join(prefix + piece for piece in text.splitlines(keepends=True))

@@ -105,16 +105,12 @@ def _print_export(run: RunDirectory, target: PodTarget, tpu: TpuSlice | None, wr
     lines += ["", f"  on each host, from a copy of this directory:  PJRT_DEVICE=TPU python3 train.py   (rank 0 saves {RESULTS}/)"]
     vm = TpuVmSlice(target.name, target.zone, target.project)
     lines += ["", "  Cloud TPU VM slice, with gcloud:"]
-    lines += [f"    {_shell(command)}" for command in (vm.prepare_command(), vm.copy_command(run), vm.start_command(run))]
+    lines += [f"    {shlex.join(command)}" for command in (vm.prepare_command(), vm.copy_command(run), vm.start_command(run))]
     if tpu is not None and target.image is not None:
         gke = GkeSlice(tpu, target.image, target.namespace)
         gke.write_manifest(run)
         lines += ["", "  GKE, with kubectl (the JobSet and its ConfigMap are in jobset.yaml):"]
-        lines += [f"    {_shell(gke.apply_command(run))}", f"    {_shell(gke.logs_command(run))}"]
+        lines += [f"    {shlex.join(gke.apply_command(run))}", f"    {shlex.join(gke.logs_command(run))}"]
     else:
         lines += ["", "  GKE: give --accelerator TYPE and --image IMAGE too, and jobset.yaml is written for kubectl apply."]
     write("stdout", "\n".join(lines) + "\n")
-
-
-def _shell(argv: list[str]) -> str:
-    return shlex.join(argv)

@@ -87,21 +87,22 @@ def _short_name(name: str) -> str:
     return {TRAINING_LOSS: "training", VALIDATION_LOSS: "validation"}.get(name, name.removeprefix(EVAL_PREFIX))
 
 
-Curve = tuple[str, Sequence[int], Sequence[float]]
-"""A line of an overlay: its label, steps and values."""
+Curve = tuple[str, Sequence[tuple[int, float]]]
+"""A line of an overlay: its label and its (step, value) points, as the run log and a sweep's board keep them."""
 
 
 def overlay_chart(panels: Sequence[tuple[str, Sequence[Curve]]]) -> bytes | None:
     """A panel per metric with a line per run or trial (a sweep's trials, `%tpu_runs`' runs), as a transparent PNG."""
-    panels = [(title, curves) for title, curves in panels if any(steps for _, steps, _ in curves)]
+    panels = [(title, curves) for title, curves in panels if any(points for _, points in curves)]
     if not panels:
         return None
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(3.8 * len(panels) + 1.4, 2.8), dpi=_CHART_DPI)
     for axes, (title, curves) in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
-        for index, (label, steps, values) in enumerate(curves):
-            if steps:
+        for index, (label, points) in enumerate(curves):
+            if points:
+                steps, values = zip(*points, strict=True)
                 style = "-" if index < len(_LINE_COLOURS) else "--"  # past the colours, dashed: no two lines look alike
                 axes.plot(steps, values, style, color=_LINE_COLOURS[index % len(_LINE_COLOURS)], linewidth=1.3, label=label[:40])
         _style(axes, title)

@@ -27,13 +27,9 @@ from tpu_nb.errors import TpuNbWarning
 from tpu_nb.kernel.endings.status import RunStatus
 from tpu_nb.kernel.progress.chart import render_chart
 from tpu_nb.kernel.progress.html_parts import (
-    checkpoint_html,
+    all_rows_html,
     detail_html,
-    details_html,
-    doctor_html,
-    health_html,
-    health_line_html,
-    history_html,
+    health_lines_html,
     needs_attention,
     notices_html,
     phase_colour,
@@ -41,7 +37,7 @@ from tpu_nb.kernel.progress.html_parts import (
     stall_html,
     table_html,
     throughput_html,
-    workers_html,
+    workers_details_html,
 )
 from tpu_nb.kernel.progress.snapshot import MetricRow, ProgressSnapshot
 from tpu_nb.kernel.progress.state import ProgressState
@@ -170,7 +166,7 @@ class Dashboard:
         else:
             self.detail.value = ""
         self.speed.value = throughput_html(snapshot)
-        self.health.value = health_line_html(snapshot) + checkpoint_html(snapshot)
+        self.health.value = health_lines_html(snapshot)
         if snapshot.stall is not self._shown_stall:  # redrawn only when it changes: its whole stacks may be opened
             self._shown_stall = snapshot.stall
             self.stall.value = stall_html(snapshot.stall)
@@ -188,14 +184,8 @@ class Dashboard:
         if not final and attention == self._details_open and now - self._details_refreshed_at < DETAILS_REFRESH_SECONDS:
             return
         self._details_refreshed_at, self._details_open = now, attention
-        self.worker_rows.value = details_html(
-            "Workers and XLA", workers_html(snapshot) + health_html(snapshot) + doctor_html(snapshot), attention, "tpu-nb-details"
-        )
-        if len(snapshot.history) > LIVE_TABLE_ROWS:
-            label = f"All {len(snapshot.history)} logged rows"
-            self.history.value = details_html(label, history_html(snapshot, LIVE_HISTORY_ROWS), False, "tpu-nb-all-rows")
-        else:
-            self.history.value = ""
+        self.worker_rows.value = workers_details_html(snapshot, attention)
+        self.history.value = all_rows_html(snapshot, LIVE_TABLE_ROWS, LIVE_HISTORY_ROWS)
 
     def _refresh_chart(self, snapshot: ProgressSnapshot) -> None:
         newest = snapshot.history[-1] if snapshot.history else None

@@ -90,10 +90,11 @@ def column_label(name: str) -> str:
     return _title(name)
 
 
-def health_line_html(snapshot: ProgressSnapshot) -> str:
-    """One line: the health pill and a short account (compilations, workers, findings)."""
+def health_lines_html(snapshot: ProgressSnapshot) -> str:
+    """The health pill with a short account (compilations, workers, findings) on one line; the newest checkpoint under it."""
     level, _text = health(snapshot)
-    return f'<div class="tpu-nb-xla-{level}">{pill("XLA " + level, HEALTH_COLOURS[level])} {html.escape(health_brief(snapshot))}</div>'
+    line = f'<div class="tpu-nb-xla-{level}">{pill("XLA " + level, HEALTH_COLOURS[level])} {html.escape(health_brief(snapshot))}</div>'
+    return line + _checkpoint_html(snapshot)
 
 
 def throughput_html(snapshot: ProgressSnapshot) -> str:
@@ -108,7 +109,7 @@ def throughput_html(snapshot: ProgressSnapshot) -> str:
     return f'<div class="tpu-nb-throughput">{pill("speed", SPEED_COLOUR)} {html.escape(" · ".join(parts))}</div>'
 
 
-def checkpoint_html(snapshot: ProgressSnapshot) -> str:
+def _checkpoint_html(snapshot: ProgressSnapshot) -> str:
     """The newest verified checkpoint, on a line of its own (nothing without --checkpoint)."""
     if snapshot.checkpoint is None:
         return ""
@@ -212,6 +213,20 @@ def needs_attention(snapshot: ProgressSnapshot) -> bool:
     return bool(
         snapshot.compiles.level == "warning" or snapshot.diagnoses or snapshot.failures or any(worker.stale for worker in snapshot.workers)
     )
+
+
+def workers_details_html(snapshot: ProgressSnapshot, open_: bool) -> str:
+    """The "Workers and XLA" section the dashboard and the summary show: workers, health and the XLA doctor's words."""
+    body = workers_html(snapshot) + health_html(snapshot) + doctor_html(snapshot)
+    return details_html("Workers and XLA", body, open_, "tpu-nb-details")
+
+
+def all_rows_html(snapshot: ProgressSnapshot, table_rows: int, max_rows: int) -> str:
+    """Every logged row (the last `max_rows`) behind a click, when there are more than the table's `table_rows`."""
+    if len(snapshot.history) <= table_rows:
+        return ""
+    label = f"All {len(snapshot.history)} logged rows"
+    return details_html(label, history_html(snapshot, max_rows), False, "tpu-nb-all-rows")
 
 
 def details_html(label: str, body: str, open_: bool, css_class: str) -> str:

@@ -12,13 +12,9 @@ import html
 from tpu_nb.basics.units import format_duration
 from tpu_nb.kernel.progress.chart import render_chart
 from tpu_nb.kernel.progress.html_parts import (
-    checkpoint_html,
+    all_rows_html,
     detail_html,
-    details_html,
-    doctor_html,
-    health_html,
-    health_line_html,
-    history_html,
+    health_lines_html,
     needs_attention,
     notices_html,
     phase_colour,
@@ -26,7 +22,7 @@ from tpu_nb.kernel.progress.html_parts import (
     stall_html,
     table_html,
     throughput_html,
-    workers_html,
+    workers_details_html,
 )
 from tpu_nb.kernel.progress.snapshot import ProgressSnapshot
 from tpu_nb.kernel.progress.text import (
@@ -72,18 +68,13 @@ def render_summary(snapshot: ProgressSnapshot) -> tuple[str, bytes | None]:
         encoded = base64.b64encode(png).decode("ascii")
         side_by_side.append(f'<img src="data:image/png;base64,{encoded}" alt="training chart" style="max-width:62%;height:auto">')
     if snapshot.history:
-        values = table_html(snapshot, SUMMARY_TABLE_ROWS)
-        if len(snapshot.history) > SUMMARY_TABLE_ROWS:
-            values += details_html(
-                f"All {len(snapshot.history)} logged rows", history_html(snapshot, len(snapshot.history)), False, "tpu-nb-all-rows"
-            )
+        values = table_html(snapshot, SUMMARY_TABLE_ROWS) + all_rows_html(snapshot, SUMMARY_TABLE_ROWS, len(snapshot.history))
         side_by_side.append(f'<div style="flex:1 1 280px">{values}</div>')
     if side_by_side:
         parts.append(f'<div style="display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start">{"".join(side_by_side)}</div>')
     parts.append(stall_html(snapshot.stall))  # a run stopped while it was stuck: where it was stays in the notebook
-    parts.append(health_line_html(snapshot) + checkpoint_html(snapshot))
-    details = workers_html(snapshot) + health_html(snapshot) + doctor_html(snapshot)
-    parts += [details_html("Workers and XLA", details, needs_attention(snapshot), "tpu-nb-details"), notices_html(snapshot.notices)]
+    parts.append(health_lines_html(snapshot))
+    parts += [workers_details_html(snapshot, needs_attention(snapshot)), notices_html(snapshot.notices)]
     return f'<div class="tpu-nb-summary">{"".join(parts)}</div>', png
 
 

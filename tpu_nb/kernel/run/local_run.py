@@ -166,7 +166,7 @@ class Run(FollowedRun):
         assert self._processes.places is not None
         try:
             self._chips = _chip_poller(info, environment.devices, self.options.spmd)
-            self._stalls = StallWatch(self._processes.places.run_dir, self.options.watchdog, chips=self._chip_text)
+            self._stalls = StallWatch(self._processes.places.exchange_dir, self.options.watchdog, chips=self._chip_text)
         except BaseException:
             self._processes.end()  # started, but not yet a run that close() would end: nothing may be left running
             Run.let_go(self)
@@ -263,7 +263,7 @@ class Run(FollowedRun):
         if self._chips is not None:
             self._chips[0].stop()
         if self._processes.places is not None:
-            warm_imports.warm_up_after(self._processes.places.run_dir)  # for the next run's start
+            warm_imports.warm_up_after(self._processes.places.exchange_dir)  # for the next run's start
         self._processes.close()
         Run.let_go(self)
 
@@ -279,7 +279,7 @@ class Run(FollowedRun):
         exit_status = -signal.SIGKILL if exit_status is None else exit_status
         assert self._processes.places is not None
         outcome = collect(
-            self._processes.places.run_dir,
+            self._processes.places.exchange_dir,
             facts.ranks_by_pid,
             facts.first_raising_rank,
             exit_status,

@@ -158,7 +158,7 @@ def _signal_each(pids: Collection[int], signum: int, group: int) -> None:
 
 
 def make_places() -> ResultPlaces:
-    """A private run directory in shared memory (/dev/shm, when it has room), and one on local disk for results that do not fit.
+    """A private exchange directory in shared memory (/dev/shm, when it has room), and one on local disk for results that do not fit.
 
     Both are created empty now (0700, random names, see `leftovers`), so no
     other user can claim them before a worker writes there.
@@ -166,7 +166,7 @@ def make_places() -> ResultPlaces:
     shm = Path("/dev/shm")
     disk = Path(tempfile.gettempdir())
     in_memory = shm.is_dir() and os.access(shm, os.W_OK) and free_bytes(shm) >= MIN_SHARED_MEMORY
-    run_dir = private_directory("", shm if in_memory else disk)
+    exchange_dir = private_directory("", shm if in_memory else disk)
     if not in_memory or disk.stat().st_dev == shm.stat().st_dev:
-        return ResultPlaces(run_dir)  # the run dir is on that disk already
-    return ResultPlaces(run_dir, (private_directory("results", disk),))
+        return ResultPlaces(exchange_dir)  # the exchange directory is on that disk already
+    return ResultPlaces(exchange_dir, (private_directory("results", disk),))

@@ -46,10 +46,10 @@ _warming: threading.Thread | None = None
 _waiting: list[str] = []  # modules to import when the running cell ends
 
 
-def warm_up_after(run_dir: Path) -> None:
+def warm_up_after(exchange_dir: Path) -> None:
     """Import into the kernel, once the running cell has ended, what the run's supervisor imported with torch_xla (but torch_xla)."""
     shell = _shell()
-    names = modules_to_import(run_dir)
+    names = modules_to_import(exchange_dir)
     if shell is None or not names:
         return
     _waiting[:] = names
@@ -58,9 +58,9 @@ def warm_up_after(run_dir: Path) -> None:
         shell.events.register("pre_run_cell", _finish_before_the_cell)
 
 
-def modules_to_import(run_dir: Path) -> list[str]:
+def modules_to_import(exchange_dir: Path) -> list[str]:
     """What the run's supervisor imported that the kernel has not, but torch_xla's own modules and tpu_nb's."""
-    return [name for name in load_imported_modules(run_dir) if name not in sys.modules and not name.startswith(_NEVER)]
+    return [name for name in load_imported_modules(exchange_dir) if name not in sys.modules and not name.startswith(_NEVER)]
 
 
 def wait() -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from tpu_nb.basics.units import format_duration
 from tpu_nb.kernel.stalls.folding import fold_process
-from tpu_nb.kernel.stalls.record import StallRecord
+from tpu_nb.kernel.stalls.record import StallRecord, of_ranks
 from tpu_nb.kernel.stalls.verdicts import judge
 from tpu_nb.kernel.stalls.watch import stall_reason
 from tpu_nb.wire.events import Stalled
@@ -150,10 +150,10 @@ class PodStacks:
             steps = {rank: step for (on, rank), step in steps_heard.items() if on == host}
             places += [dataclasses.replace(place, host=host) for place in fold_process(stacks_of(dump), ranks, steps, self._sources)]
             if dump.problem is not None:
-                unanswered.append(f"pid {pid} on host {host}{_ranks(ranks)}: {dump.problem}")
+                unanswered.append(f"pid {pid} on host {host}{of_ranks(ranks)}: {dump.problem}")
         for host, pid in sorted(request.expected - set(request.answers)):
             unanswered.append(
-                f"pid {pid} on host {host}{_ranks(self._rank_numbers((host, pid)))}: no answer within {format_duration(ASK_SECONDS)} "
+                f"pid {pid} on host {host}{of_ranks(self._rank_numbers((host, pid)))}: no answer within {format_duration(ASK_SECONDS)} "
                 f"(its train.py may be held too: ssh to host {host} and send SIGUSR2 to the process, kill -USR2 {pid}; it writes its "
                 f"stacks to stacks-{pid}.txt in the run's results directory there)"
             )
@@ -167,8 +167,3 @@ class PodStacks:
     def _rank_numbers(self, process: Process) -> dict[int, int]:
         """A host's process's ranks by thread id, as the host numbers them (its stacks are folded per host)."""
         return {thread: rank for thread, (_, rank) in self._record.ranks_in(process).items()}
-
-
-def _ranks(ranks_by_thread: dict[int, int]) -> str:
-    ranks = sorted(ranks_by_thread.values())
-    return f" (rank {', '.join(map(str, ranks))})" if ranks else ""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -117,3 +117,13 @@ class StallRecord(Generic[Source, Key]):
 
     def _at_work(self, ranks: dict[int, Key]) -> bool:
         return bool(set(ranks.values()) - self._done)
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """Ranks in order, as a reader lists them: "0, 3"."""
+    return ", ".join(str(rank) for rank in sorted(ranks))
+
+
+def of_ranks(ranks_by_thread: Mapping[int, int]) -> str:
+    """What follows a worker process's name: " (rank 0, 3)", the ranks it runs; "" when none is known."""
+    return f" (rank {ranks_text(ranks_by_thread.values())})" if ranks_by_thread else ""

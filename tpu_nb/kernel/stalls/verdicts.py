@@ -108,7 +108,7 @@ def _collective_mismatch(waiting: Sequence[RankPlace], elsewhere: Sequence[RankP
     if not others and behind:
         others = "; ".join(f"{place.label} is at step {place.step}" for place in behind)
     return Verdict(
-        f"Rank{'s' if len(waiting) > 1 else ''} {_ranks(waiting)} wait{'' if len(waiting) > 1 else 's'} in a collective"
+        f"Rank{'s' if len(waiting) > 1 else ''} {_ranks_on_hosts(waiting)} wait{'' if len(waiting) > 1 else 's'} in a collective"
         f"{_at(waiting[0])}{at_step}, which every rank must reach; " + (others or "the others are elsewhere") + ".",
         "Every rank must make the same collective calls (xm.optimizer_step, all_reduce, mesh_reduce, rendezvous) in the same "
         "order: a rank skipped a step or left the loop early (a data loader of another length on one rank, a `break` or an "
@@ -176,7 +176,7 @@ def _place(places: Sequence[RankPlace], rank: int, host: int | None) -> RankPlac
     return next((place for place in places if _key(place) == (host, rank)), places[0])
 
 
-def _ranks(places: Sequence[RankPlace]) -> str:
+def _ranks_on_hosts(places: Sequence[RankPlace]) -> str:
     return ", ".join(str(place.rank) if place.host is None else f"{place.rank} (host {place.host})" for place in places)
 
 

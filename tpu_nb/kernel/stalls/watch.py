@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tpu_nb.basics.units import format_duration
 from tpu_nb.kernel.stalls.folding import fold_process
-from tpu_nb.kernel.stalls.record import StallRecord
+from tpu_nb.kernel.stalls.record import StallRecord, of_ranks, ranks_text
 from tpu_nb.kernel.stalls.verdicts import judge
 from tpu_nb.wire.events import Event, Stalled
 from tpu_nb.wire.stacks import StackReport, WatchdogSetting
@@ -29,13 +29,13 @@ class StallWatch:
 
     def __init__(
         self,
-        run_dir: Path,
+        exchange_dir: Path,
         setting: WatchdogSetting | None,
         clock: Callable[[], float] = time.monotonic,
         chips: Callable[[int], str | None] | None = None,
     ) -> None:
         """`chips`: a rank's chip figures (duty cycle, HBM) where the runtime's metrics can be read."""
-        self._run_dir = run_dir
+        self._exchange_dir = exchange_dir
         self._chips = chips
         self._asking = threading.Lock()  # one request at a time: the dump files are emptied and read per request
         self._record: StallRecord[int, int] = StallRecord(setting, lambda pid: pid, clock)  # each process is its own source
@@ -52,11 +52,9 @@ class StallWatch:
         threads = self._record.running()
         steps = self._record.steps()
         with self._asking:
-            answers = request_stacks(self._run_dir, threads)
+            answers = request_stacks(self._exchange_dir, threads)
         places = sorted((place for answer in answers for place in fold_process(answer, threads[answer.pid], steps)), key=lambda p: p.rank)
-        unanswered = tuple(
-            f"pid {answer.pid} (rank {_ranks(threads[answer.pid])}): {answer.problem}" for answer in answers if answer.problem
-        )
+        unanswered = tuple(f"pid {answer.pid}{of_ranks(threads[answer.pid])}: {answer.problem}" for answer in answers if answer.problem)
         verdict = judge(places, stall)
         chips = None
         if self._chips is not None:
@@ -74,7 +72,7 @@ class StallWatch:
         silence = self._record.silent()
         if silence is None:
             return None
-        ranks = ", ".join(_ranks(self._record.ranks_in(pid)) for pid in silence.sources)
+        ranks = ranks_text(rank for pid in silence.sources for rank in self._record.ranks_in(pid).values())
         return self.report(
             f"rank {ranks} sent nothing for over {format_duration(silence.seconds)}: its interpreter is held (in C++, or in the OS)"
         )
@@ -87,7 +85,3 @@ def stall_reason(stall: Stalled) -> str:
         f"rank {stall.rank}'s step has not moved for {format_duration(stall.seconds)}{compiling} "
         f"(the watchdog waits {format_duration(stall.threshold)}; --watchdog sets it)"
     )
-
-
-def _ranks(ranks_by_thread: dict[int, int]) -> str:
-    return ", ".join(str(rank) for rank in sorted(ranks_by_thread.values()))

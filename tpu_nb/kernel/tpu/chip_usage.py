@@ -242,7 +242,7 @@ _NOT_INSTALLED = "tpu-info is not installed (`pip install tpu-info` adds each ch
 
 
 @dataclass(frozen=True, slots=True)
-class _TpuInfo:
+class _TpuInfoModules:
     """The parts of tpu-info (and the grpc it brings) that reading uses; modules, so untyped."""
 
     grpc: ModuleType
@@ -252,7 +252,7 @@ class _TpuInfo:
     device: ModuleType
 
 
-def _import_tpu_info() -> _TpuInfo | str:
+def _import_tpu_info() -> _TpuInfoModules | str:
     """tpu-info's modules, or why they cannot be imported."""
     library_path_was_set = "TPU_LIBRARY_PATH" in os.environ
     try:
@@ -269,10 +269,10 @@ def _import_tpu_info() -> _TpuInfo | str:
         # tpu-info 0.8.1 imports libtpu, which sets it; torch_xla finds the same libtpu without it.
         if not library_path_was_set:
             os.environ.pop("TPU_LIBRARY_PATH", None)
-    return _TpuInfo(grpc, metrics.MetricName, tpu_metric_service_pb2, tpu_metric_service_pb2_grpc, device)
+    return _TpuInfoModules(grpc, metrics.MetricName, tpu_metric_service_pb2, tpu_metric_service_pb2_grpc, device)
 
 
-def _local_devices_per_chip(library: _TpuInfo) -> int | str:
+def _local_devices_per_chip(library: _TpuInfoModules) -> int | str:
     try:
         chip_type, _count = library.device.get_local_chips()
     except (OSError, AssertionError) as error:  # a PCI entry without the files it reads; chips of two kinds
@@ -283,7 +283,7 @@ def _local_devices_per_chip(library: _TpuInfo) -> int | str:
     return devices
 
 
-def _ask_libtpu(library: _TpuInfo, address: str, deadline: float) -> dict[str, list[tuple[int, Any]]]:
+def _ask_libtpu(library: _TpuInfoModules, address: str, deadline: float) -> dict[str, list[tuple[int, Any]]]:
     """Metric name -> (id, gauge) sorted by id, for total HBM, HBM in use and duty cycle; all three calls share one deadline."""
     names = library.metric_names
     with library.grpc.secure_channel(address, library.grpc.local_channel_credentials()) as channel:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from tpu_nb.basics.signals import Delivery, Target, send_signal
@@ -159,28 +159,13 @@ def _end(
     system: SystemView, holders: tuple[DeviceHolder, ...], grace: float, signal_with: SignalWith
 ) -> tuple[tuple[Ended, ...], tuple[Left, ...]]:
     """SIGTERM every holder, SIGKILL those still there after `grace` seconds, and wait for them to go."""
-    ended: list[Ended] = []
-    refused: list[Left] = []
-    waiting = []
-    for holder in holders:
-        delivery = _signal(system, holder, signal.SIGTERM, signal_with)
-        if delivery in (Delivery.GONE, Delivery.NOT_A_TARGET):
-            ended.append(Ended(holder, None))
-        elif delivery is Delivery.REFUSED:
-            refused.append(_refused(holder, signal.SIGTERM))
-        else:
-            waiting.append(holder)
-    stubborn = _wait_for(system, waiting, grace)
-    ended += [Ended(holder, "SIGTERM") for holder in waiting if holder not in stubborn]
-    killed = []
-    for holder in stubborn:
-        delivery = _signal(system, holder, signal.SIGKILL, signal_with)
-        if delivery in (Delivery.GONE, Delivery.NOT_A_TARGET):
-            ended.append(Ended(holder, "SIGTERM"))  # it went (or let go of the TPU) between the wait and the signal
-        elif delivery is Delivery.REFUSED:
-            refused.append(_refused(holder, signal.SIGKILL))
-        else:
-            killed.append(holder)
+    termed, gone, refused = _signal_each(system, holders, signal.SIGTERM, signal_with)
+    ended = [Ended(holder, None) for holder in gone]
+    stubborn = _wait_for(system, termed, grace)
+    ended += [Ended(holder, "SIGTERM") for holder in termed if holder not in stubborn]
+    killed, went_meanwhile, refused_kill = _signal_each(system, stubborn, signal.SIGKILL, signal_with)
+    ended += [Ended(holder, "SIGTERM") for holder in went_meanwhile]  # gone (or let go of the TPU) between the wait and the signal
+    refused += refused_kill
     survivors = _wait_for(system, killed, KILL_WAIT)
     ended += [Ended(holder, "SIGKILL") for holder in killed if holder not in survivors]
     refused += [
@@ -192,6 +177,24 @@ def _end(
         for holder in survivors
     ]
     return tuple(ended), tuple(refused)
+
+
+def _signal_each(
+    system: SystemView, holders: Sequence[DeviceHolder], signum: signal.Signals, signal_with: SignalWith
+) -> tuple[list[DeviceHolder], list[DeviceHolder], list[Left]]:
+    """Send `signum` to each holder: those it reached, those already gone (or no longer holding the TPU), those the OS refused."""
+    reached: list[DeviceHolder] = []
+    gone: list[DeviceHolder] = []
+    refused: list[Left] = []
+    for holder in holders:
+        delivery = _signal(system, holder, signum, signal_with)
+        if delivery in (Delivery.GONE, Delivery.NOT_A_TARGET):
+            gone.append(holder)
+        elif delivery is Delivery.REFUSED:
+            refused.append(_refused(holder, signum))
+        else:
+            reached.append(holder)
+    return reached, gone, refused
 
 
 def _signal(system: SystemView, holder: DeviceHolder, signum: signal.Signals, signal_with: SignalWith) -> Delivery:

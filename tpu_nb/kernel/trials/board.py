@@ -22,7 +22,7 @@ from typing import Any
 from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
 from tpu_nb.kernel.notebook.frontend import in_notebook_kernel
 from tpu_nb.kernel.planning.worlds import World
-from tpu_nb.kernel.progress.chart import Curve, overlay_chart
+from tpu_nb.kernel.progress.chart import overlay_chart
 from tpu_nb.kernel.progress.html_parts import phase_colour, pill
 from tpu_nb.kernel.progress.text import format_count_rate, format_value
 from tpu_nb.kernel.progress.throughput import ThroughputMeter
@@ -43,7 +43,7 @@ class _Row:
         self.step: int | None = None
         self.max_steps: int | None = None
         self.last: dict[str, float] = {}
-        self.curves: dict[str, tuple[list[int], list[float]]] = {}
+        self.curves: dict[str, list[tuple[int, float]]] = {}
         self.speed = ThroughputMeter()
 
     @property
@@ -60,9 +60,7 @@ class _Row:
         for name, value in event.metrics.items():
             self.last[name] = value
             if event.step is not None:
-                steps, values = self.curves.setdefault(name, ([], []))
-                steps.append(event.step)
-                values.append(value)
+                self.curves.setdefault(name, []).append((event.step, value))
 
 
 class SweepBoard(TrialWatch):
@@ -210,7 +208,9 @@ class SweepBoard(TrialWatch):
 
     def _chart(self) -> bytes | None:
         """The loss, and the compared metric, of every trial against its steps."""
-        return overlay_chart([(name, [_curve(row, name) for row in self._rows.values()]) for name in self._shown_metrics()])
+        return overlay_chart(
+            [(name, [(_label(row), row.curves.get(name, [])) for row in self._rows.values()]) for name in self._shown_metrics()]
+        )
 
 
 def _status(row: _Row) -> str:
@@ -218,6 +218,6 @@ def _status(row: _Row) -> str:
     return f"pruned at step {row.step}" if row.status == "pruned" and row.step is not None else row.status
 
 
-def _curve(row: _Row, name: str) -> Curve:
-    steps, values = row.curves.get(name, ([], []))
-    return (f"#{row.trial.number}" + (" pruned" if row.status == "pruned" else ""), steps, values)
+def _label(row: _Row) -> str:
+    """A trial's line in the chart: its number, and whether its pruner stopped it."""
+    return f"#{row.trial.number}" + (" pruned" if row.status == "pruned" else "")

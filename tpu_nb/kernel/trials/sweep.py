@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
 from tpu_nb.kernel.endings.run_ending import PRUNER, Ending
 from tpu_nb.kernel.history.log import sweep_label
-from tpu_nb.kernel.notebook.cell_output import Write, write_to_sys
+from tpu_nb.kernel.notebook.cell_output import LinePrefixer, Write, write_to_sys
 from tpu_nb.kernel.notebook.interrupts import interrupts_counted
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.kernel.planning.worlds import World
@@ -436,15 +436,10 @@ class Sweep:
 
 def _prefixed(write: Write, trial: Trial) -> Write:
     """The trial's printed lines, each begun with its number: trials print side by side."""
-    at_line_start: dict[str, bool] = {}
+    prefixer = LinePrefixer(f"[trial {trial.number}] ")
 
     def prefixed(stream: str, text: str) -> None:
-        if not text:
-            return
-        start = at_line_start.get(stream, True)
-        lines = text.splitlines(keepends=True)
-        out = "".join((f"[trial {trial.number}] " if index or start else "") + line for index, line in enumerate(lines))
-        at_line_start[stream] = text.endswith("\n")
-        write(stream, out)
+        if text:
+            write(stream, prefixer(stream, text))
 
     return prefixed

@@ -1,7 +1,7 @@
-"""The XLA doctor's rules: from one worker's readings to causes of compilations and diagnoses.
+"""The XLA doctor's rules: from one worker's readings to causes of compilations and diagnoses (its findings).
 
 Pure logic (no XLA): `probe` takes the readings at each heartbeat and sends
-what `Doctor.examine` finds. Counts in a `Reading` are totals since the
+what `Findings.examine` finds. Counts in a `Reading` are totals since the
 worker started; rates are measured from the end of warm-up, when the
 step's graphs are compiled and every step should look the same. A run too
 short for that (no heartbeat between warm-up's end and its own) is judged at
@@ -131,8 +131,8 @@ class Examination:
 
 
 @dataclass
-class Doctor:
-    """Examines one worker's readings; remembers what it has said."""
+class Findings:
+    """One worker's findings: each of its readings examined by the doctor's rules, and what was said so far."""
 
     rank: int
     padding: TrlPadding | None = None  # set when the run's Trainer is TRL's: its config, not a tokenizer call, fixes shapes

@@ -16,7 +16,7 @@ from typing import Any
 
 from tpu_nb.wire.events import CompileCause, Diagnosis, TimeSpent
 from tpu_nb.workers.doctor.analysis_log import AnalysisLog
-from tpu_nb.workers.doctor.findings import Doctor, Reading
+from tpu_nb.workers.doctor.findings import Findings, Reading
 from tpu_nb.workers.doctor.host_reads import HostReadWatch
 from tpu_nb.workers.doctor.input_watch import InputWatch
 from tpu_nb.workers.doctor.transfers import TransferWatch
@@ -30,7 +30,7 @@ CPU_CACHE_NOTE = (
 )
 
 
-def analyse_compilations(run_dir: Path, rank: int) -> Path | None:
+def analyse_compilations(exchange_dir: Path, rank: int) -> Path | None:
     """Ask torch_xla to explain every compilation into a file of this rank's (before its first compilation).
 
     torch_xla reads PT_XLA_DEBUG_LEVEL when it first compiles, so setting it
@@ -39,7 +39,7 @@ def analyse_compilations(run_dir: Path, rank: int) -> Path | None:
     """
     if "PT_XLA_DEBUG_LEVEL" in os.environ or "PT_XLA_DEBUG_FILE" in os.environ:
         return None
-    path = run_dir / f"xla-analysis-rank{rank}.txt"
+    path = exchange_dir / f"xla-analysis-rank{rank}.txt"
     os.environ["PT_XLA_DEBUG_LEVEL"] = "1"
     os.environ["PT_XLA_DEBUG_FILE"] = str(path)
     return path
@@ -82,7 +82,7 @@ class WorkerDoctor:
 
     def __init__(self, rank: int, device: Any, analysis: Path | None, cache_on: bool) -> None:
         self._rank = rank
-        self._doctor = Doctor(rank)
+        self._findings = Findings(rank)
         self._schedstat = f"/proc/self/task/{threading.get_native_id()}/schedstat"
         self._thread_clock: int | None = time.pthread_getcpuclockid(threading.get_ident())
         self._log = AnalysisLog(analysis) if analysis is not None else None
@@ -97,12 +97,12 @@ class WorkerDoctor:
         self.transfers = TransferWatch()
         self.transfers.install()
         # The worker's start, before the user's code: a run no heartbeat saw past warm-up is judged from here.
-        self._doctor.examine(self._read(0, 0))
+        self._findings.examine(self._read(0, 0))
 
     def padded_by(self, padding: TrlPadding) -> None:
         """The run's Trainer is TRL's and pads its batches so: a changing shape's fix names its config's line."""
         with self._lock:
-            self._doctor.padding = padding
+            self._findings.padding = padding
 
     def check(self, step: int, own_reads: int, final: bool = False) -> Checkup:
         """The doctor's look at this moment; `final` when the user's code has returned."""
@@ -113,7 +113,7 @@ class WorkerDoctor:
         import torch_xla.debug.metrics as met
 
         reading = self._read(step, own_reads)
-        examination = self._doctor.examine(reading, final)
+        examination = self._findings.examine(reading, final)
         cache = None
         if self._cache_on:
             cache = (met.counter_value("PersistentCacheHit") or 0, met.counter_value("PersistentCacheMiss") or 0)

@@ -73,15 +73,15 @@ def supervise(payload: worker.WorkerPayload, environment: WorkerEnvironment, ker
     warnings.filterwarnings("ignore", message=r"Unclosed socket <zmq\.", category=ResourceWarning)
     environment.apply()
     if payload.chips is None:  # a TorchTPU run never imports torch_xla
-        _note_what_torch_xla_imports(payload.places.run_dir)
+        _note_what_torch_xla_imports(payload.places.exchange_dir)
     report = spawn_workers(payload)
-    save_report(report, payload.places.run_dir)
+    save_report(report, payload.places.exchange_dir)
     sys.stdout.flush()
     sys.stderr.flush()
     return 0 if report.error is None else 1
 
 
-def _note_what_torch_xla_imports(run_dir: Path) -> None:
+def _note_what_torch_xla_imports(exchange_dir: Path) -> None:
     """Import torch_xla here (`spawn_workers` would), and leave the list of modules it brought in for the kernel.
 
     Most of them are torch's own (its compiler stack); the kernel imports those
@@ -93,7 +93,7 @@ def _note_what_torch_xla_imports(run_dir: Path) -> None:
         import torch_xla.distributed.xla_multiprocessing  # noqa: F401 - the import spawn_workers makes next
     except Exception:  # noqa: BLE001 - spawn_workers makes the same import and reports its failure
         return
-    save_imported_modules(sorted(set(sys.modules) - before), run_dir)
+    save_imported_modules(sorted(set(sys.modules) - before), exchange_dir)
 
 
 def spawn_workers(payload: worker.WorkerPayload) -> SupervisorReport:

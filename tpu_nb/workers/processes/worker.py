@@ -43,7 +43,7 @@ class WorkerPayload:
     program: Program
     writer: EventSink
     stop_request: StopRequest
-    places: ResultPlaces  # the run directory (results, errors, the doctor's logs) and where results may spill over
+    places: ResultPlaces  # the exchange directory (results, errors, stacks, the doctor's logs) and where results may spill over
     all_results: bool
     mesh: MeshShape | None  # set for an SPMD run
     doctor: bool = True  # the XLA doctor: compilation analysis, counters, input waits
@@ -98,7 +98,7 @@ def run_chip_worker(rank: int) -> None:
     # The doctor reads torch_tpu's trace in fused mode, where a record is a graph, not an operator.
     traced = payload.doctor and payload.chips.mode == "fused"
     try:
-        device = start_rank(payload.chips, rank, payload.places.run_dir / TRACE_DIRECTORY if traced else None)
+        device = start_rank(payload.chips, rank, payload.places.exchange_dir / TRACE_DIRECTORY if traced else None)
     except Exception as error:  # noqa: BLE001 - torch_tpu refusing to start (its environment, the rendezvous) goes to the kernel
         _say_raised(payload, rank, payload.chips.chips, error)
         return
@@ -146,7 +146,7 @@ def _run(payload: WorkerPayload, context: WorkerContext, workers: int, device_la
 def _say_raised(payload: WorkerPayload, rank: int, workers: int, error: BaseException) -> None:
     """Tell the kernel this rank raised: its report (with the traceback) saved for the notebook, then the event."""
     report = ExceptionReport.of(rank, workers, error, format_user_traceback(error))
-    save_exception(report, payload.places.run_dir)
+    save_exception(report, payload.places.exchange_dir)
     flush_output()
     payload.writer.send(WorkerRaised(rank, f"{report.type_name}: {report.message}"[:500]))
 
@@ -166,7 +166,7 @@ def _prepare_process(payload: WorkerPayload, reporter: reporting.WorkerReporter,
             return
         _doctor_started = True
         # Before the user's code: a rank that never reaches a step can still be asked where it is.
-        arm_stack_dumps(payload.places.run_dir, os.getpid())
+        arm_stack_dumps(payload.places.exchange_dir, os.getpid())
         if payload.watchdog is not None:
             reporter.watchdog = StepWatchdog(payload.watchdog)
         text_bars()
@@ -186,7 +186,7 @@ def _prepare_process(payload: WorkerPayload, reporter: reporting.WorkerReporter,
                 reporter.notice(note)
             cache_on = note is None
         if payload.doctor:
-            analysis = analyse_compilations(payload.places.run_dir, context.rank)
+            analysis = analyse_compilations(payload.places.exchange_dir, context.rank)
             reporter.doctor = WorkerDoctor(context.rank, context.device, analysis, cache_on)
 
 

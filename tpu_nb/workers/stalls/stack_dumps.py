@@ -1,7 +1,7 @@
 """Worker processes' stack dumps: armed in each worker, asked for and read by the kernel (or a pod host's `train.py`).
 
 Each worker arms `faulthandler` on `STACKS_SIGNAL` with its dump file in
-the run directory, and records beside it when it started. Whoever asks
+the exchange directory, and records beside it when it started. Whoever asks
 empties the process's dump file, signals it (through
 `tpu_nb.basics.signals`: only the process that armed, never a newer one
 that got its pid after it exited: SIGUSR2 would end that one) and reads the
@@ -41,7 +41,7 @@ _DUMP_FILE = re.compile(r"^stacks-(\d+)\.txt$")
 _dump_file: IO[str] | None = None  # kept open for the interpreter's signal handler, for the process's life
 
 
-def arm_stack_dumps(run_dir: Path, pid: int) -> None:
+def arm_stack_dumps(exchange_dir: Path, pid: int) -> None:
     """On `STACKS_SIGNAL`, write every thread's Python stack to this process's dump file (once per process).
 
     faulthandler writes from its C signal handler, so a rank stuck in C++
@@ -52,27 +52,27 @@ def arm_stack_dumps(run_dir: Path, pid: int) -> None:
     global _dump_file
     if _dump_file is not None:
         return
-    _dump_file = open(stack_dump_path(run_dir, pid), "a", encoding="utf-8")
+    _dump_file = open(stack_dump_path(exchange_dir, pid), "a", encoding="utf-8")
     faulthandler.register(STACKS_SIGNAL, file=_dump_file, all_threads=True)
-    _start_path(run_dir, pid).write_text(repr(Target.seen(pid).started_at))
+    _start_path(exchange_dir, pid).write_text(repr(Target.seen(pid).started_at))
 
 
-def armed_target(run_dir: Path, pid: int) -> Target | None:
-    """Process `pid` as it was when it armed its dumps in `run_dir` (its start time), or None if it never did."""
+def armed_target(exchange_dir: Path, pid: int) -> Target | None:
+    """Process `pid` as it was when it armed its dumps in `exchange_dir` (its start time), or None if it never did."""
     try:
-        recorded = _start_path(run_dir, pid).read_text()
+        recorded = _start_path(exchange_dir, pid).read_text()
     except OSError:
         return None
     return Target(pid, None if recorded == "None" else float(recorded))
 
 
-def _start_path(run_dir: Path, pid: int) -> Path:
-    return stack_dump_path(run_dir, pid).with_suffix(".started")
+def _start_path(exchange_dir: Path, pid: int) -> Path:
+    return stack_dump_path(exchange_dir, pid).with_suffix(".started")
 
 
-def armed_processes(run_dir: Path) -> list[int]:
-    """The processes that armed their dumps in `run_dir` (a pod host's workers, found by their files)."""
-    return sorted(int(match[1]) for path in run_dir.glob("stacks-*.txt") if (match := _DUMP_FILE.match(path.name)))
+def armed_processes(exchange_dir: Path) -> list[int]:
+    """The processes that armed their dumps in `exchange_dir` (a pod host's workers, found by their files)."""
+    return sorted(int(match[1]) for path in exchange_dir.glob("stacks-*.txt") if (match := _DUMP_FILE.match(path.name)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +101,9 @@ class Dump:
     problem: str | None = None
 
 
-def request_stacks(run_dir: Path, pids: Iterable[int]) -> list[ProcessStacks]:
+def request_stacks(exchange_dir: Path, pids: Iterable[int]) -> list[ProcessStacks]:
     """Every process's threads (signalled at once, at most `ANSWER_SECONDS` in all), or why it gave none."""
-    return [stacks_of(dump) for dump in request_dumps(run_dir, pids)]
+    return [stacks_of(dump) for dump in request_dumps(exchange_dir, pids)]
 
 
 def stacks_of(dump: Dump) -> ProcessStacks:
@@ -111,7 +111,7 @@ def stacks_of(dump: Dump) -> ProcessStacks:
     return ProcessStacks(dump.pid, parse_dump(dump.text), dump.problem)
 
 
-def request_dumps(run_dir: Path, pids: Iterable[int]) -> list[Dump]:
+def request_dumps(exchange_dir: Path, pids: Iterable[int]) -> list[Dump]:
     """Signal every process at once, then read each one's dump (at most `ANSWER_SECONDS` in all).
 
     Only the processes that armed their dumps, as they were then: a pid that
@@ -119,11 +119,11 @@ def request_dumps(run_dir: Path, pids: Iterable[int]) -> list[Dump]:
     """
     asked = []
     for pid in pids:
-        target = armed_target(run_dir, pid)
+        target = armed_target(exchange_dir, pid)
         if target is None:
             asked.append(Dump(pid, "", "it has not armed its stack dumps (it has not started, or it is not a worker)"))
             continue
-        stack_dump_path(run_dir, pid).write_bytes(b"")
+        stack_dump_path(exchange_dir, pid).write_bytes(b"")
         delivery = send_signal(target, STACKS_SIGNAL)
         if delivery is Delivery.GONE:
             asked.append(Dump(pid, "", "the process has exited"))
@@ -132,11 +132,11 @@ def request_dumps(run_dir: Path, pids: Iterable[int]) -> list[Dump]:
         else:
             asked.append(Dump(pid, ""))
     deadline = time.monotonic() + ANSWER_SECONDS
-    return [_read_answer(dump.pid, run_dir, deadline) if dump.problem is None else dump for dump in asked]
+    return [_read_answer(dump.pid, exchange_dir, deadline) if dump.problem is None else dump for dump in asked]
 
 
-def _read_answer(pid: int, run_dir: Path, deadline: float) -> Dump:
-    path = stack_dump_path(run_dir, pid)
+def _read_answer(pid: int, exchange_dir: Path, deadline: float) -> Dump:
+    path = stack_dump_path(exchange_dir, pid)
     size, settled_since = -1, time.monotonic()
     while time.monotonic() < deadline:
         current = path.stat().st_size if path.exists() else 0
