@@ -68,7 +68,7 @@ def test_an_interrupt_stops_every_host_gracefully_and_the_trained_model_comes_ba
     assert "updated `model` in place" in output
     assert "training on host 1" not in output  # host 0's prints only, as rank 0's on one machine
     summary = "".join(item.get("data", {}).get("text/html", "") for item in cell.outputs if item.output_type == "display_data")
-    assert ">Host</th>" in summary and "stopped by user at step" in summary  # a worker row per host, in the summary
+    assert ">Host</th>" in summary and "stopped by the user at step" in summary  # a worker row per host, in the summary
     assert "TPU VM my-slice: v4-16, 2 hosts of 4 chips" in summary
     check = pod_kernel.run("print(bool((model.weight != before).any()))", allow_errors=False)
     assert "True" in text_of(check)

@@ -52,7 +52,7 @@ def test_every_process_has_its_row_and_eight_interrupts_in_a_row_leave_nothing(k
         assert wait_until(lambda: not descendants(kernel.pid), timeout=10), (cycle, descendants(kernel.pid))
         if cycle == 0:
             summary = "".join(item.get("data", {}).get("text/html", "") for item in cell.outputs if item.output_type == "display_data")
-            assert "stopped by user at step" in summary
+            assert "stopped by the user at step" in summary
             assert all(f">{rank}</td>" in summary for rank in range(4)), summary  # a worker row per process
     state = kernel.run(
         "import glob, os, sys, tempfile\n"

@@ -20,6 +20,7 @@ initial = model.weight.detach().clone()
 
 LOOP = """%%tpu_train --return model
 import torch_xla.core.xla_model as xm
+import tpu_nb
 model.to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 step = 0
@@ -33,7 +34,11 @@ while True:
     if step == 5:
         print("training", flush=True)
     time.sleep(0.05)
-    report(step=step, loss=loss)
+    try:
+        report(step=step, loss=loss)
+    except tpu_nb.StopTraining as stop:
+        print("worker:", stop, flush=True)  # the worker's own words for who stopped it
+        raise
 """
 
 
@@ -47,7 +52,8 @@ def test_one_interrupt_stops_a_loop_and_keeps_its_weights(kernel: Kernel) -> Non
     changed = kernel.run("print(bool((model.weight != initial).any()))", allow_errors=False)
     assert text_of(changed).strip() == "True"
     summary = [output for output in cell.outputs if "image/png" in output.get("data", {})]
-    assert "stopped by user at step" in summary[0].data["text/plain"]
+    assert "stopped by the user at step" in summary[0].data["text/plain"]
+    assert "worker: stopped by the user at step" in text_of(cell)
     assert not descendants(kernel.pid)
 
 
@@ -203,7 +209,7 @@ def test_launch_in_the_background_gets_the_same_buttons_and_output_area(kernel: 
     # The end message went to the run's own output area, not to the cell that happened to run.
     assert "ended" not in text_of(ended)
     [area] = widgets(kernel, "OutputModel")
-    assert "tpu_nb: run `train` ended: stopped by user at step" in "".join(output.get("text", "") for output in area["outputs"])
+    assert "tpu_nb: run `train` ended: stopped by the user at step" in "".join(output.get("text", "") for output in area["outputs"])
     buttons = {state["description"]: state for state in widgets(kernel, "ButtonModel")}
     assert buttons["Stop"]["disabled"] and buttons["Kill"]["disabled"] and buttons["Where are they?"]["disabled"]
     assert not descendants(kernel.pid)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tpu_nb.wire.events import CompileCause, Counted, Diagnosis, Heartbeat, Output, Progress, TimeSpent
+from tpu_nb.wire.events import CompileCause, Counted, Diagnosis, Heartbeat, Output, Progress, Stopping, TimeSpent
 from tpu_nb.wire.host_lines import MARKER, HostEnded, LineWriter, decode, encode
 from tpu_nb.wire.stacks import StackAnswer
+from tpu_nb.wire.stop_reason import StopReason
 from tpu_nb.wire.worker_exceptions import ExceptionReport
 
 EVENTS = [
@@ -27,6 +28,7 @@ EVENTS = [
     ),
     Diagnosis(1, "host-syncs", "Host syncs", "2 per step", ("In [4], line 9",), "report(loss=...)", 20),
     Output(None, "stderr", 'quotes " and newlines\n'),
+    Stopping(2, 40, StopReason.DEADLINE),  # the reason the host's workers obeyed, as its code
     ExceptionReport(None, 4, "ValueError", "bad", ["Traceback", '  File "In [3]", line 2']),
     HostEnded("refused", "host 1 has torch 2.8.0"),
     StackAnswer(3, 4242, 'Thread 0x01 (most recent call first):\n  File "In [2]", line 9 in <module>\n', last=False),
@@ -72,6 +74,8 @@ MALFORMED = [
     '{"host":0,"origin":"","type":"Progress","fields":{"rank":0,"step":1,"surprise":2}}',
     '{"host":0,"origin":"","type":"Diagnosis","fields":{"rank":0,"key":"k","title":"t","evidence":"e","places":"In [3]","fix":"f","step":null}}',
     '{"host":0,"origin":"","type":"WorkerStarted","fields":{"rank":true,"world_size":1,"pid":2,"device":"xla:0"}}',
+    '{"host":0,"origin":"","type":"Stopping","fields":{"rank":0,"step":3,"reason":9}}',  # no such reason
+    '{"host":0,"origin":"","type":"Stopping","fields":{"rank":0,"step":3,"reason":true}}',
     '{"host":0,"origin":"","type":"NoSuchEvent","fields":{}}',
     '{"host":0,"origin":"","type":"HostEnded","fields":[]}',
     '{"host":0,"origin":5,"type":"HostEnded","fields":{"status":"done"}}',

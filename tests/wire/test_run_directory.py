@@ -21,10 +21,12 @@ from tpu_nb.wire.run_directory import (
     read_stacks_request,
     read_stop,
     request_shell,
+    stop_text,
     upload,
     write_group,
 )
 from tpu_nb.wire.stacks import WatchdogSetting
+from tpu_nb.wire.stop_reason import StopReason
 
 
 def test_the_manifest_reads_back_as_written(tmp_path: Path) -> None:
@@ -46,21 +48,21 @@ def test_the_manifest_reads_back_as_written(tmp_path: Path) -> None:
         assert Manifest.read(tmp_path) == manifest
 
 
-def test_a_stop_written_by_the_shell_text_is_read_by_the_host(tmp_path: Path) -> None:
-    assert read_stop(tmp_path) == (False, None)
-    subprocess.run(["sh", "-c", request_shell(str(tmp_path), STOP_FILE, 17)], check=True)
-    assert read_stop(tmp_path) == (True, 17)
-    subprocess.run(["sh", "-c", request_shell(str(tmp_path), STOP_FILE, None)], check=True)
-    assert read_stop(tmp_path) == (True, None)  # no step known: each host's own next one
+def test_a_stop_written_by_the_shell_text_is_read_by_the_host_with_its_reason(tmp_path: Path) -> None:
+    assert read_stop(tmp_path) == (None, None)
+    subprocess.run(["sh", "-c", request_shell(str(tmp_path), STOP_FILE, stop_text(17, StopReason.DEADLINE))], check=True)
+    assert read_stop(tmp_path) == (StopReason.DEADLINE, 17)
+    subprocess.run(["sh", "-c", request_shell(str(tmp_path), STOP_FILE, stop_text(None, StopReason.USER))], check=True)
+    assert read_stop(tmp_path) == (StopReason.USER, None)  # no step known: each host's own next one
     assert not list(tmp_path.glob("*.partial"))
 
 
 def test_a_stacks_request_written_by_the_shell_text_is_read_by_the_host_by_its_number(tmp_path: Path) -> None:
     assert read_stacks_request(tmp_path) is None
     for number in (1, 2):
-        subprocess.run(["sh", "-c", request_shell(str(tmp_path), STACKS_REQUEST_FILE, number)], check=True)
+        subprocess.run(["sh", "-c", request_shell(str(tmp_path), STACKS_REQUEST_FILE, str(number))], check=True)
         assert read_stacks_request(tmp_path) == number
-    assert read_stop(tmp_path) == (False, None)  # a stacks request is no stop
+    assert read_stop(tmp_path) == (None, None)  # a stacks request is no stop
 
 
 def start_ticks(pid: int) -> int:

@@ -1,15 +1,14 @@
-"""Durations, sizes and deadlines as the user types them in options, and durations and sizes as tpu_nb writes them.
+"""Durations and sizes as the user types them in options, and as tpu_nb writes them.
 
-`parse_duration` reads "90s", "15m", "8h30m" (`--every`, `--watchdog`),
-`parse_size` reads "500MB", "15GB", "2GiB" (`--budget`), `parse_deadline`
-reads a duration or a clock time (`--deadline`); each raises `UnitError`
-with the option, the text and what to give instead. `format_duration` and
-`format_bytes` are how every message and the dashboard write them.
+`parse_duration` reads "90s", "15m", "8h30m" (`--every`, `--watchdog`, and
+`--deadline`'s durations), `parse_size` reads "500MB", "15GB", "2GiB"
+(`--budget`); each raises `UnitError` with the option, the text and what to
+give instead. `format_duration` and `format_bytes` are how every message and
+the dashboard write them.
 """
 
 from __future__ import annotations
 
-import datetime
 import re
 
 
@@ -42,56 +41,6 @@ def parse_size(text: str, option: str) -> int:
     if match is None or match[2] not in _UNITS or float(match[1]) <= 0:
         raise UnitError(f"{option} {text}: give a size such as 500MB or 15GB.")
     return int(float(match[1]) * _UNITS[match[2]])
-
-
-LONGEST_DEADLINE = 366 * 24 * 3600.0
-"""A deadline further away than this is a typo (99999999h), not a plan."""
-
-_CLOCK_TIME = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(z|utc|gmt|[+-]\d{2}:?\d{2})?", re.IGNORECASE)
-_DEADLINE_HELP = "give a duration such as 8h30m, or a clock time such as 21:00 (this machine's zone) or 21:00+02:00"
-
-
-def parse_deadline(text: str, now: datetime.datetime) -> datetime.datetime:
-    """When `--deadline` falls, as an aware time: a duration from `now` ("8h30m"), or a clock time, today or else
-    tomorrow, in this machine's zone ("21:00": UTC on Colab and Kaggle) or the one it names ("21:00+02:00",
-    "21:00 UTC").
-
-    This machine's zone counts at the offset in force on the deadline's own day: across a daylight-saving change,
-    tomorrow's 20:00 is not today's offset from UTC (an hour off).
-    """
-    now = now if now.tzinfo is not None else now.astimezone()
-    clock = _CLOCK_TIME.fullmatch(text.strip())
-    if clock is None:
-        try:
-            seconds = parse_duration(text, "--deadline")
-        except UnitError:
-            raise UnitError(f"--deadline {text}: {_DEADLINE_HELP}.") from None
-        if seconds > LONGEST_DEADLINE:
-            raise UnitError(f"--deadline {text}: that is more than a year away; {_DEADLINE_HELP}.")
-        return now + datetime.timedelta(seconds=seconds)
-    hour, minute, second = int(clock[1]), int(clock[2]), int(clock[3] or 0)
-    zone = _zone(clock[4]) if clock[4] else None
-    if hour > 23 or minute > 59 or second > 59 or (clock[4] and zone is None):
-        raise UnitError(f"--deadline {text}: {_DEADLINE_HELP}.")
-    time_of_day = datetime.time(hour, minute, second)
-    if zone is None:
-        # A naive time made aware by astimezone() takes the local offset in force at that time, not now's.
-        today = now.astimezone().date()
-        at = datetime.datetime.combine(today, time_of_day).astimezone()
-        return at if at > now else datetime.datetime.combine(today + datetime.timedelta(days=1), time_of_day).astimezone()
-    at = datetime.datetime.combine(now.astimezone(zone).date(), time_of_day, zone)
-    return at if at > now else at + datetime.timedelta(days=1)
-
-
-def _zone(text: str) -> datetime.tzinfo | None:
-    """ "Z", "UTC", "GMT", "+02:00" or "-0530" as a zone (None for an offset no zone has)."""
-    if text.upper() in ("Z", "UTC", "GMT"):
-        return datetime.timezone.utc
-    sign = -1 if text[0] == "-" else 1
-    hours, minutes = int(text[1:3]), int(text[-2:])
-    if hours > 14 or minutes > 59:
-        return None
-    return datetime.timezone(sign * datetime.timedelta(hours=hours, minutes=minutes))
 
 
 def format_duration(seconds: float) -> str:

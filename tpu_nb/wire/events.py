@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tpu_nb.wire.stacks import StackReport
+from tpu_nb.wire.stop_reason import StopReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +126,11 @@ class Diagnosis:
 
 @dataclass(frozen=True, slots=True)
 class Stopping:
-    """This rank reached the agreed stop step after a graceful stop request."""
+    """This rank reached the agreed stop step after a graceful stop request, asked for `reason`."""
 
     rank: int
     step: int
+    reason: StopReason
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ against the event's types before it counts.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import os
 import select
@@ -151,6 +152,11 @@ def _convert(value: Any, hint: Any) -> Any:
         raise _Malformed(f"{value!r} is not one of {args}")
     if hint is type(None) and value is None:
         return None
+    if isinstance(hint, type) and issubclass(hint, enum.IntEnum) and isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return hint(value)  # a code: a StopReason
+        except ValueError:
+            raise _Malformed(f"{value!r} is not a {hint.__name__}") from None
     if hint is bool and isinstance(value, bool):
         return value
     if hint is int and isinstance(value, int) and not isinstance(value, bool):

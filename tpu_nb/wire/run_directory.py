@@ -3,7 +3,7 @@
     <run>/train.py        the recorded cells and the training cell as one program (`TRAIN_SCRIPT`)
     <run>/manifest.json   the run's options and the notebook's versions (`Manifest`)
     <run>/tpu_nb/         a copy of tpu_nb, so the hosts need only torch, torch_xla and the cells' libraries
-    <run>/stop            the graceful stop, delivered to every host: the step to stop at (`request_shell`)
+    <run>/stop            the graceful stop, delivered to every host: the step to stop at and why (`stop_text`)
     <run>/stacks-request  a request for every worker's stacks: its number, each new one higher (`request_shell`)
     <run>/host.pgid       the process group a host's run leads and its leader's start, for the hard stop (`kill_shell`)
     <run>/results/        rank 0's results (`tpu_nb.wire.results`), copied to the run's gs:// location
@@ -25,6 +25,7 @@ from typing import Any
 
 from tpu_nb.wire.mesh import MeshShape
 from tpu_nb.wire.stacks import WatchdogSetting
+from tpu_nb.wire.stop_reason import StopReason
 
 TRAIN_SCRIPT = "train.py"
 MANIFEST = "manifest.json"
@@ -118,19 +119,29 @@ class Manifest:
         )
 
 
-def request_shell(directory: str, name: str, number: int | None) -> str:
-    """Shell text that writes request file `name` (`STOP_FILE`, `STACKS_REQUEST_FILE`) holding `number` on a host, all at once."""
+def request_shell(directory: str, name: str, text: str) -> str:
+    """Shell text that writes request file `name` (`STOP_FILE`, `STACKS_REQUEST_FILE`) holding `text` on a host, all at once."""
     path = shlex.quote(f"{directory}/{name}")
-    return f"echo {'' if number is None else int(number)} > {path}.partial && mv {path}.partial {path}"
+    return f"echo {shlex.quote(text)} > {path}.partial && mv {path}.partial {path}"
 
 
-def read_stop(directory: Path) -> tuple[bool, int | None]:
-    """On a host: (stop asked for, at which step or None for "one past the furthest rank")."""
+def stop_text(step: int | None, reason: StopReason) -> str:
+    """The stop file's words: the step to stop at ("-": each host's one past its furthest rank), and the reason's code."""
+    return f"{'-' if step is None else int(step)} {reason.value}"
+
+
+def read_stop(directory: Path) -> tuple[StopReason | None, int | None]:
+    """On a host: (why a stop was asked, None if none was; at which step, or None for "one past the furthest rank")."""
     try:
-        text = (directory / STOP_FILE).read_text().strip()
+        text = (directory / STOP_FILE).read_text()
     except FileNotFoundError:
-        return False, None
-    return True, int(text) if text.isdecimal() else None
+        return None, None
+    step, _, code = text.strip().partition(" ")
+    try:
+        reason = StopReason(int(code))
+    except ValueError:  # written whole by the notebook's `stop_text` (the hosts run its copy): never, but still a stop
+        reason = StopReason.USER
+    return reason, int(step) if step.isdecimal() else None
 
 
 def read_stacks_request(directory: Path) -> int | None:

@@ -8,6 +8,9 @@ Workers stop at the same step, because ranks that stop at different steps
 would leave the others waiting in a collective forever. Each rank records
 the step it is at; the first rank that sees the request picks the stop step
 as one past the furthest rank, and every rank stops when it gets there.
+The request carries its reason (`stop_reason.StopReason`, as its code), so a
+worker says who stopped it; the first request wins, a later one changes
+nothing (neither its reason nor its step).
 
 A Trainer's checkpoint by the clock (`--every 15m`) is agreed the same way:
 every rank takes part in a Trainer's save, so the rank that finds one due
@@ -20,8 +23,10 @@ import mmap
 import multiprocessing
 import struct
 
+from tpu_nb.wire.stop_reason import StopReason
+
 _SLOT = struct.Struct("<q")
-_REQUESTED, _STOP_STEP, _SAVE_STEP, _FIRST_RANK = 0, 1, 2, 3
+_REQUESTED, _STOP_STEP, _SAVE_STEP, _FIRST_RANK = 0, 1, 2, 3  # _REQUESTED holds the reason's code (0: none)
 _UNSET = -1
 
 
@@ -43,18 +48,32 @@ class StopRequest:
     def _write(self, slot: int, value: int) -> None:
         _SLOT.pack_into(self._memory, slot * _SLOT.size, value)
 
-    def request(self) -> None:
-        """Kernel side: ask every worker to stop at its next step boundary."""
-        self._write(_REQUESTED, 1)
+    def request(self, reason: StopReason) -> None:
+        """Kernel side: ask every worker to stop at its next step boundary, for `reason`, unless a stop was asked already."""
+        self._request(None, reason)
 
-    def request_at(self, step: int) -> None:
-        """Ask every worker to stop at `step`: on a pod, the step the notebook chose for every host."""
-        self._write(_STOP_STEP, step)
-        self._write(_REQUESTED, 1)
+    def request_at(self, step: int, reason: StopReason) -> None:
+        """Ask every worker to stop at `step` (on a pod, the step the notebook chose for every host), unless a stop was
+        asked already."""
+        self._request(step, reason)
+
+    def _request(self, step: int | None, reason: StopReason) -> None:
+        with self._lock:
+            if self.requested:
+                return
+            if step is not None:
+                self._write(_STOP_STEP, step)
+            self._write(_REQUESTED, reason.value)  # last: a worker that sees it sees the step too
 
     @property
     def requested(self) -> bool:
-        return self._read(_REQUESTED) == 1
+        return self._read(_REQUESTED) != 0
+
+    @property
+    def reason(self) -> StopReason | None:
+        """Why the stop was asked for (None: it was not)."""
+        code = self._read(_REQUESTED)
+        return None if code == 0 else StopReason(code)
 
     @property
     def stop_step(self) -> int | None:

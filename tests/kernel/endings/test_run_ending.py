@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from tpu_nb.kernel.endings.notebook_errors import TrainingInterrupted, TrainingTimedOut, WorkerDied, WorkerError
-from tpu_nb.kernel.endings.run_ending import PRUNER, Died, Raised, Stopped, Succeeded, collect, describe_exit, ending_of
+from tpu_nb.kernel.endings.run_ending import Died, Raised, Stopped, Succeeded, collect, describe_exit, ending_of
 from tpu_nb.wire.results import RankResult, ResultPlaces, save_result
+from tpu_nb.wire.stop_reason import StopReason
 from tpu_nb.wire.supervisor_report import SupervisorReport, save_report
 from tpu_nb.wire.worker_exceptions import ExceptionReport, save_exception
 
@@ -24,12 +25,17 @@ def test_a_normal_end_is_done_with_its_results() -> None:
 
 def test_a_graceful_stop_keeps_the_results_and_says_the_step() -> None:
     ending = ending_of(Succeeded(RESULTS, 3.0, stopped_at_step=12))
-    assert (ending.status, ending.text, ending.error) == ("stopped", "stopped by user at step 12", None)
+    assert (ending.status, ending.text, ending.error) == ("stopped", "stopped by the user at step 12", None)
     assert ending.results == RESULTS
 
 
+def test_a_stop_its_deadline_asked_for_says_the_deadline() -> None:
+    ending = ending_of(Succeeded(RESULTS, 3.0, stopped_at_step=12, stopped_by=StopReason.DEADLINE))
+    assert (ending.status, ending.text, ending.error) == ("stopped", "stopped by its deadline at step 12", None)
+
+
 def test_a_stop_a_searchs_pruner_asked_for_is_pruned_with_its_results() -> None:
-    ending = ending_of(Succeeded(RESULTS, 3.0, stopped_at_step=12, stopped_by=PRUNER))
+    ending = ending_of(Succeeded(RESULTS, 3.0, stopped_at_step=12, stopped_by=StopReason.PRUNED))
     assert (ending.status, ending.text, ending.error) == ("pruned", "stopped by its pruner at step 12", None)
     assert ending.results == RESULTS
 

@@ -24,6 +24,7 @@ from tpu_nb.kernel.history.log import (
 from tpu_nb.kernel.history.run_record import RunRecord
 from tpu_nb.kernel.planning.options import LaunchOptions
 from tpu_nb.wire.events import Progress, Stopping
+from tpu_nb.wire.stop_reason import StopReason
 
 
 def record(title: str = "%%tpu_train", **changes: object) -> RunRecord:
@@ -154,7 +155,7 @@ def test_curves_keep_rank_0s_reports_thinned_with_the_last_point_and_the_best_by
     for step in range(steps):
         keeper.on_event(Progress(0, step, {"loss": 10.0 - step / 200, "eval_accuracy": 0.5 + (step % 7) / 100}))
     keeper.on_event(Progress(0, None, {"loss": float("nan")}))  # nothing to keep
-    keeper.on_event(Stopping(0, 3))
+    keeper.on_event(Stopping(0, 3, StopReason.USER))
     curves = keeper.curves()
     assert len(curves["loss"]) <= CURVE_POINTS + 1 and curves["loss"][-1] == (1000, 5.0) and curves["loss"][0] == (0, 10.0)
     assert keeper.final["loss"] == 5.0 and keeper.best["loss"] == 5.0  # lower is better for a loss

@@ -9,8 +9,9 @@ import pytest
 from support.clock import BERLIN, machine_zone
 from support.platforms import MakeSystem
 
+from tpu_nb.basics.units import UnitError
 from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
-from tpu_nb.kernel.planning.deadlines import Deadline, StopNeeds, deadline_for
+from tpu_nb.kernel.planning.deadlines import Deadline, StopNeeds, deadline_for, parse_deadline
 from tpu_nb.runtime import detect
 
 NOW = datetime.datetime(2026, 12, 1, 20, 30, 0).timestamp()
@@ -65,3 +66,36 @@ def test_the_stop_comes_early_enough_for_the_stop_and_the_last_save_and_says_whe
     assert said == f"Kaggle ends this session at {end}; tpu_nb saves and stops at {stop} (--deadline to choose)"
     said_without = short.describe(nothing, NOW, saves=False)
     assert said_without.startswith("deadline ") and said_without.endswith("(add --checkpoint DIR to save it then)")
+
+
+@machine_zone("UTC")
+def test_a_deadline_is_a_duration_or_a_clock_time_today_or_tomorrow_in_a_zone() -> None:
+    utc = datetime.timezone.utc
+    now = datetime.datetime(2026, 12, 1, 20, 30, tzinfo=utc)  # 20:30 UTC, as on Colab and Kaggle
+    assert parse_deadline("8h30m", now) == now + datetime.timedelta(hours=8, minutes=30)
+    assert parse_deadline("21:00", now) == datetime.datetime(2026, 12, 1, 21, 0, tzinfo=utc)  # the machine's zone
+    assert parse_deadline("20:00", now) == datetime.datetime(2026, 12, 2, 20, 0, tzinfo=utc)  # passed today: tomorrow's
+    berlin = datetime.timezone(datetime.timedelta(hours=2))
+    # 21:00 at +02:00 is 19:00 UTC, passed at 20:30 UTC: tomorrow's, in the zone it names.
+    assert parse_deadline("21:00+02:00", now) == datetime.datetime(2026, 12, 2, 21, 0, tzinfo=berlin)
+    assert parse_deadline("23:00 +0200", now) == datetime.datetime(2026, 12, 1, 21, 0, tzinfo=utc)
+    assert parse_deadline("21:00 UTC", now.astimezone(berlin)) == datetime.datetime(2026, 12, 1, 21, 0, tzinfo=utc)
+    assert parse_deadline("21:00Z", now) == parse_deadline("21:00 utc", now)
+    for bad in ("25:00", "tonight", "21:00+15:00", "21:00 CET", "99999999h", "1" * 400, "400d"):
+        with pytest.raises(UnitError, match="--deadline"):
+            parse_deadline(bad, now)
+
+
+@machine_zone(BERLIN)
+def test_a_clock_time_without_a_zone_takes_the_offset_in_force_on_its_own_day() -> None:
+    cet, cest = (datetime.timezone(datetime.timedelta(hours=hours)) for hours in (1, 2))
+    saturday = datetime.datetime(2026, 3, 28, 20, 30, tzinfo=cet)  # the clocks go forward at 02:00 on Sunday
+    assert parse_deadline("21:00", saturday) == datetime.datetime(2026, 3, 28, 21, 0, tzinfo=cet)
+    # Passed today: tomorrow's 20:00 is summer time, 18:00 UTC (today's offset made it 19:00 UTC, an hour late).
+    assert parse_deadline("20:00", saturday) == datetime.datetime(2026, 3, 29, 20, 0, tzinfo=cest)
+    night = datetime.datetime(2026, 3, 29, 1, 30, tzinfo=cet)  # half an hour before the change
+    assert parse_deadline("09:00", night) == datetime.datetime(2026, 3, 29, 9, 0, tzinfo=cest)
+    autumn = datetime.datetime(2026, 10, 24, 22, 0, tzinfo=cest)  # back to winter time at 03:00 on Sunday
+    assert parse_deadline("21:00", autumn) == datetime.datetime(2026, 10, 25, 21, 0, tzinfo=cet)
+    assert parse_deadline("21:00+02:00", autumn) == datetime.datetime(2026, 10, 25, 21, 0, tzinfo=cest)  # a zone named stays
+    assert parse_deadline("8h", autumn) == autumn + datetime.timedelta(hours=8)  # a duration is elapsed time

@@ -34,6 +34,7 @@ from tpu_nb.runtime.system import SystemView
 from tpu_nb.wire.events import Event, Heartbeat, Output, Progress, Stalled, Stopping, WorkerStarted
 from tpu_nb.wire.run_directory import Cell, write_group
 from tpu_nb.wire.stacks import StackReport, WatchdogSetting
+from tpu_nb.wire.stop_reason import StopReason
 
 PREPARE = """\
 import os, time
@@ -172,7 +173,9 @@ def pod_world(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> SimulatedSlice
     return simulated
 
 
-def test_every_host_reports_and_a_graceful_stop_stops_every_host_at_the_same_step(pod_world: SimulatedSlice, tmp_path: Path) -> None:
+def test_every_host_reports_and_a_graceful_stop_stops_every_host_at_the_same_step_for_its_reason(
+    pod_world: SimulatedSlice, tmp_path: Path
+) -> None:
     events = Events()
     in_step = TRAIN.replace("import torch_xla\n", "import torch_xla\nimport torch_xla.core.xla_model as xm\n")
     in_step = in_step.replace("optimizer.step();", "xm.optimizer_step(optimizer);")  # gradients averaged over both hosts' processes
@@ -181,12 +184,12 @@ def test_every_host_reports_and_a_graceful_stop_stops_every_host_at_the_same_ste
     try:
         while not any(event.step is not None and event.step >= 5 for event in events.of(Progress)):
             run.poll()
-        assert run.request_stop()
+        assert run.request_stop(StopReason.DEADLINE)  # as the run's deadline asks it: the stop file carries the reason
         follow(run)
         ending = run.finish()
     finally:
         run.close()
-    assert ending.status == "stopped", ending.text
+    assert ending.status == "stopped" and (ending.text or "").startswith("stopped by its deadline at step"), ending.text
     assert "model" in ending.results[0].returned
     printed = "".join(event.text for event in events.of(Output))
     assert printed.count("world of 4\n") == 4  # both hosts' 2 processes in one world
@@ -195,6 +198,7 @@ def test_every_host_reports_and_a_graceful_stop_stops_every_host_at_the_same_ste
     assert {event.rank for event in events.of(Heartbeat)} <= {0, 1} and events.of(Heartbeat)
     stops = {event.rank: event.step for event in events.of(Stopping)}
     assert set(stops) == {0, 1} and len(set(stops.values())) == 1, stops
+    assert {event.reason for event in events.of(Stopping)} == {StopReason.DEADLINE}  # what each host's workers obeyed
     assert any("stop.partial" in " ".join(call) for call in pod_world.calls())
     assert wait_until(lambda: pod_world.live_processes() == [], 10), pod_world.live_processes()
 

@@ -20,6 +20,7 @@ from tpu_nb.kernel.run.followed_run import FollowedRun, run_in_foreground
 from tpu_nb.kernel.run.stop_wait import PHASE_MARGIN, PHASE_SLACK
 from tpu_nb.wire.events import Event, Heartbeat, Notice, Progress
 from tpu_nb.wire.stacks import StackReport
+from tpu_nb.wire.stop_reason import StopReason
 
 
 class ScriptedRun(FollowedRun):
@@ -34,6 +35,7 @@ class ScriptedRun(FollowedRun):
         self.failed = False
         self.finished = False
         self.stop_asked = False
+        self.asked_for: StopReason | None = None  # the reason the stop reached the processes with
         self.ended_with: list[str | None] = []
         self.released = False
 
@@ -60,14 +62,14 @@ class ScriptedRun(FollowedRun):
         return asked_at is not None and self.reaches_stop and time.monotonic() - asked_at >= self.stop_takes
 
     def _ask_to_stop(self) -> None:
-        self.stop_asked, self.stop_asked_at = True, time.monotonic()
+        self.stop_asked, self.stop_asked_at, self.asked_for = True, time.monotonic(), self._stopped_by
 
     def _end_everything(self) -> None:
-        self.ended_with.append(self._stop_reason)
+        self.ended_with.append(self._hard_stop)
 
     def _ending(self) -> Ending:
-        status = "done" if self._stop_reason is None else "interrupted" if self._stop_reason == "interrupt" else "timeout"
-        return Ending(status, self._stop_reason, None)
+        status = "done" if self._hard_stop is None else "interrupted" if self._hard_stop == "interrupt" else "timeout"
+        return Ending(status, self._hard_stop, None)
 
     def _release(self) -> None:
         self.released = True
@@ -228,7 +230,17 @@ def test_a_deadline_asks_for_a_graceful_stop_early_enough_and_says_so(capsys: py
     assert run.ended and run.stop_asked and run.ended_with == []  # a graceful stop, nothing ended hard
     said = capsys.readouterr().err
     assert said.startswith("tpu_nb: stopping now: deadline ") and said.rstrip().endswith("(add --checkpoint DIR to save it then).")
-    assert run._stopped_by == "its deadline"
+    assert run.asked_for is StopReason.DEADLINE and run.stopped_by_deadline
+    assert run.stopped_at_a_step_by is StopReason.DEADLINE
+
+
+def test_the_first_stop_keeps_its_reason() -> None:
+    """An interrupt after the deadline's stop asks nothing new: the run stays stopped by its deadline."""
+    run = ScriptedRun(LaunchOptions(), reaches_stop=False)
+    run.start()
+    assert run.request_stop(StopReason.DEADLINE) and not run.request_stop(StopReason.USER)
+    assert run.asked_for is StopReason.DEADLINE and run.stopped_by_deadline
+    run.close()
 
 
 def test_a_rank_that_starts_evaluating_after_the_stop_was_announced_is_announced_once() -> None:

@@ -16,13 +16,14 @@ from optuna.trial import TrialState
 from support.processes import descendants, interrupt_when, wait_until
 
 import tpu_nb
-from tpu_nb.kernel.endings.run_ending import PRUNER, Ending
+from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.history.log import log_directory, read_log
 from tpu_nb.kernel.trials.comparison import MetricChoice
 from tpu_nb.kernel.trials.search import RERUNS, STOPPED, VALUES, Search, resume_search
 from tpu_nb.kernel.trials.spec import Trial
 from tpu_nb.kernel.trials.sweep import StopAsked, TrialNotMade, TrialOutcome
 from tpu_nb.wire.events import Progress
+from tpu_nb.wire.stop_reason import StopReason
 
 LOSS = MetricChoice("loss", larger_is_better=False)
 
@@ -158,7 +159,7 @@ def test_an_interrupt_keeps_what_finished_in_the_study_and_a_resume_runs_the_res
     first = tpu_nb.launch(tracked, str(marks), trials=study, n_trials=3, space=space_of_n, checkpoint=str(checkpoints))
     assert [outcome.status for outcome in first.trials] == ["done", "stopped", "stopped"]
     assert [trial.state for trial in study.trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.FAIL]  # none left running
-    assert all(trial.user_attrs[STOPPED].startswith("stopped by user at step") for trial in study.trials[1:])
+    assert all(trial.user_attrs[STOPPED].startswith("stopped by the user at step") for trial in study.trials[1:])
 
     (marks / "go").touch()
     again = optuna.load_study(study_name="interrupted", storage=f"sqlite:///{tmp_path / 'log' / 'studies.db'}")  # as after a restart
@@ -178,7 +179,7 @@ def test_a_resume_runs_again_what_a_dead_kernel_left_running_and_counts_only_fin
     for trial in (done, left_running, stopped, failed):
         space_of_n(trial)
     study.tell(done, 0.5)
-    stopped.set_user_attr(STOPPED, "stopped by user at step 4")
+    stopped.set_user_attr(STOPPED, "stopped by the user at step 4")
     study.tell(stopped, state=TrialState.FAIL)
     study.tell(failed, state=TrialState.FAIL)  # it raised: finished, not run again
     written: list[str] = []
@@ -206,7 +207,7 @@ def test_each_ending_is_told_to_the_study_as_its_state_and_none_is_left_running(
     for trial, loss in ((done, 0.5), (pruned, 2.0), (pruned_then_ended_hard, 3.0)):
         search.on_event(trial, Progress(0, 3, {"loss": loss}))
     assert search.stop_for(done) is None
-    assert search.stop_for(pruned) == StopAsked(PRUNER, "pruned at step 3 (loss=2)")
+    assert search.stop_for(pruned) == StopAsked(StopReason.PRUNED, "pruned at step 3 (loss=2)")
 
     def ending(trial: Trial, status: str, text: str | None = None, **final: float) -> TrialOutcome:
         return TrialOutcome(trial, status, "cpu 0", Ending(status, text, None), ({"step": 3, **final},), 1.0)  # type: ignore[arg-type]
@@ -214,7 +215,7 @@ def test_each_ending_is_told_to_the_study_as_its_state_and_none_is_left_running(
     search.ended(ending(done, "done", loss=0.5))
     search.ended(ending(pruned, "pruned", "stopped by its pruner at step 4", loss=2.0))
     search.ended(ending(pruned_then_ended_hard, "interrupted", "interrupted after 9.0s at step 5"))  # no boundary in the stop's wait
-    search.ended(ending(stopped, "stopped", "stopped by user at step 7"))
+    search.ended(ending(stopped, "stopped", "stopped by the user at step 7"))
     search.ended(ending(failed, "failed", "rank 0 raised ValueError: planted"))
     search.close()
     states = [(trial.state, trial.value, trial.user_attrs.get(STOPPED)) for trial in study.trials]
@@ -222,7 +223,7 @@ def test_each_ending_is_told_to_the_study_as_its_state_and_none_is_left_running(
         (TrialState.COMPLETE, 0.5, None),
         (TrialState.PRUNED, 2.0, None),
         (TrialState.PRUNED, 3.0, None),
-        (TrialState.FAIL, None, "stopped by user at step 7"),  # unfinished: --resume runs it again
+        (TrialState.FAIL, None, "stopped by the user at step 7"),  # unfinished: --resume runs it again
         (TrialState.FAIL, None, None),
         (TrialState.FAIL, None, "the search ended before it did"),
     ]

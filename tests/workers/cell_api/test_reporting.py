@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from tpu_nb.wire.events import Heartbeat, Notice, Progress
+from tpu_nb.wire.events import Heartbeat, Notice, Progress, Stopping
 from tpu_nb.wire.shared_memory_stop import StopRequest
+from tpu_nb.wire.stop_reason import StopReason
 from tpu_nb.workers.cell_api import reporting
 from tpu_nb.workers.cell_api.reporting import WorkerReporter
 from tpu_nb.workers.readings.device_readings import CompileReading, DeviceReads
@@ -137,3 +138,25 @@ def test_a_metric_reported_between_sends_is_not_dropped_by_the_rate_limit(monkey
         (step, 1.0 / (step + 1)) for step in (5, 15, 25, 35)
     ]
     assert len(sent) <= 6  # the first loss and the four evaluations (and at most one more): not a send per step
+
+
+@pytest.mark.parametrize(
+    ("reason", "words"), [(StopReason.DEADLINE, "its deadline"), (StopReason.USER, "the user"), (StopReason.PRUNED, "its pruner")]
+)
+def test_a_stopped_loop_is_told_the_reason_its_stop_was_asked_for(monkeypatch: pytest.MonkeyPatch, reason: StopReason, words: str) -> None:
+    """The worker's line (StopTraining's message) and its Stopping event say who asked the stop, not always the user."""
+    monkeypatch.setattr(reporting, "HEARTBEAT_INTERVAL", 3600)
+    writer, stop = RecordingWriter(), StopRequest(1)
+    reporter = WorkerReporter(writer, stop)
+    reporter.read_compiles = no_compilations
+    reporter.enter(0, 1)
+    reporting.install(reporter)
+    try:
+        reporting.report(step=4, loss=1.0)
+        stop.request(reason)
+        reporting.report(step=5, loss=1.0)  # the first to see the stop: it stops one past the furthest step, 5
+        with pytest.raises(reporting.StopTraining, match=f"^stopped by {words} at step 6$"):
+            reporting.report(step=6, loss=1.0)
+    finally:
+        reporting.install(None)
+    assert [event for event in writer.sent if isinstance(event, Stopping)] == [Stopping(0, 6, reason)]

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import tpu_nb
+from tpu_nb.wire.stop_reason import StopReason
 
 
 class RecordingWriter:
@@ -68,7 +69,7 @@ def test_an_evaluation_or_a_save_after_a_step_is_the_ranks_phase_so_a_stop_waits
         assert reporter.phases[0] == "train"
         callback.on_step_end(args, state, TrainerControl())
         assert reporter.phases[0] == "train"
-        reporter.stop_request.request()
+        reporter.stop_request.request(StopReason.USER)
         state.global_step = 7
         control = TrainerControl()
         callback.on_step_end(args, state, control)  # the stop step is one past the furthest rank: 8

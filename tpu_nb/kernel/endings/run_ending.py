@@ -20,11 +20,10 @@ from tpu_nb.kernel.endings.notebook_errors import TrainingInterrupted, TrainingT
 from tpu_nb.kernel.endings.out_of_memory import explain_out_of_memory, explain_torch_tpu_error
 from tpu_nb.kernel.endings.status import RunStatus
 from tpu_nb.wire.results import RankResult, ResultNotLoaded, load_result
+from tpu_nb.wire.stop_reason import StopReason
 from tpu_nb.wire.supervisor_report import SupervisorReport, load_report
 from tpu_nb.wire.worker_exceptions import ExceptionReport, load_exceptions
 
-PRUNER = "its pruner"
-"""Who stopped a search's trial at a step boundary when its study's pruner said so (`Succeeded.stopped_by`)."""
 _OUT_OF_MEMORY_HINT = " The host most likely ran out of memory: use a smaller per-core batch or model, or fewer cores."
 
 
@@ -33,7 +32,7 @@ class Succeeded:
     results: Mapping[int, RankResult]  # by rank
     seconds: float
     stopped_at_step: int | None = None  # set when it was stopped gracefully
-    stopped_by: str = "user"  # or "its deadline", or PRUNER
+    stopped_by: StopReason = StopReason.USER  # the reason the workers obeyed then
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +81,8 @@ def ending_of(outcome: Outcome) -> Ending:
     """The one place an outcome becomes words and an exception."""
     if isinstance(outcome, Succeeded):
         if outcome.stopped_at_step is not None:
-            status: RunStatus = "pruned" if outcome.stopped_by == PRUNER else "stopped"
-            return Ending(status, f"stopped by {outcome.stopped_by} at step {outcome.stopped_at_step}", None, outcome.results)
+            status: RunStatus = "pruned" if outcome.stopped_by is StopReason.PRUNED else "stopped"
+            return Ending(status, f"stopped by {outcome.stopped_by.who} at step {outcome.stopped_at_step}", None, outcome.results)
         return Ending("done", None, None, outcome.results)
     if isinstance(outcome, Raised):
         report = outcome.report
@@ -130,7 +129,7 @@ def collect(
     wanted_ranks: list[int],
     seconds: float,
     stopped_at_step: int | None = None,
-    stopped_by: str = "user",
+    stopped_by: StopReason = StopReason.USER,
     returned: Callable[[], Collection[str]] | None = None,
 ) -> Outcome:
     """Read what the supervisor and workers left in the exchange directory; `returned`, asked once the results are there to load,

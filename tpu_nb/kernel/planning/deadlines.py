@@ -1,4 +1,5 @@
-"""A run's deadline: the user's `--deadline`, or the end of a hosted session that says when it ends (Kaggle's TPU).
+"""A run's deadline: the user's `--deadline` (read here: `parse_deadline`), or the end of a hosted session that says when it
+ends (Kaggle's TPU).
 
 The run stops gracefully before it, early enough for its stop and its last
 checkpoint: what both took in this run, measured as it runs (`StopNeeds`),
@@ -8,10 +9,11 @@ and before anything was measured a guess that a short run does not spend.
 from __future__ import annotations
 
 import datetime
+import re
 import time
 from dataclasses import dataclass
 
-from tpu_nb.basics.units import UnitError, parse_deadline
+from tpu_nb.basics.units import UnitError, parse_duration
 from tpu_nb.kernel.endings.notebook_errors import refused
 from tpu_nb.runtime import Accelerator, Platform, RuntimeInfo
 
@@ -77,6 +79,56 @@ def deadline_for(text: str | None, info: RuntimeInfo | None, now: float | None =
     if info is not None and info.platform is Platform.KAGGLE and info.accelerator is Accelerator.TPU and info.started_at is not None:
         return Deadline(info.started_at + KAGGLE_SESSION_HOURS * 3600, session_end=True)
     return None
+
+
+LONGEST_DEADLINE = 366 * 24 * 3600.0
+"""A deadline further away than this is a typo (99999999h), not a plan."""
+
+_CLOCK_TIME = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(z|utc|gmt|[+-]\d{2}:?\d{2})?", re.IGNORECASE)
+_DEADLINE_HELP = "give a duration such as 8h30m, or a clock time such as 21:00 (this machine's zone) or 21:00+02:00"
+
+
+def parse_deadline(text: str, now: datetime.datetime) -> datetime.datetime:
+    """When `--deadline` falls, as an aware time: a duration from `now` ("8h30m"), or a clock time, today or else
+    tomorrow, in this machine's zone ("21:00": UTC on Colab and Kaggle) or the one it names ("21:00+02:00",
+    "21:00 UTC").
+
+    This machine's zone counts at the offset in force on the deadline's own day: across a daylight-saving change,
+    tomorrow's 20:00 is not today's offset from UTC (an hour off).
+    """
+    now = now if now.tzinfo is not None else now.astimezone()
+    clock = _CLOCK_TIME.fullmatch(text.strip())
+    if clock is None:
+        try:
+            seconds = parse_duration(text, "--deadline")
+        except UnitError:
+            raise UnitError(f"--deadline {text}: {_DEADLINE_HELP}.") from None
+        if seconds > LONGEST_DEADLINE:
+            raise UnitError(f"--deadline {text}: that is more than a year away; {_DEADLINE_HELP}.")
+        return now + datetime.timedelta(seconds=seconds)
+    hour, minute, second = int(clock[1]), int(clock[2]), int(clock[3] or 0)
+    zone = _zone(clock[4]) if clock[4] else None
+    if hour > 23 or minute > 59 or second > 59 or (clock[4] and zone is None):
+        raise UnitError(f"--deadline {text}: {_DEADLINE_HELP}.")
+    time_of_day = datetime.time(hour, minute, second)
+    if zone is None:
+        # A naive time made aware by astimezone() takes the local offset in force at that time, not now's.
+        today = now.astimezone().date()
+        at = datetime.datetime.combine(today, time_of_day).astimezone()
+        return at if at > now else datetime.datetime.combine(today + datetime.timedelta(days=1), time_of_day).astimezone()
+    at = datetime.datetime.combine(now.astimezone(zone).date(), time_of_day, zone)
+    return at if at > now else at + datetime.timedelta(days=1)
+
+
+def _zone(text: str) -> datetime.tzinfo | None:
+    """ "Z", "UTC", "GMT", "+02:00" or "-0530" as a zone (None for an offset no zone has)."""
+    if text.upper() in ("Z", "UTC", "GMT"):
+        return datetime.timezone.utc
+    sign = -1 if text[0] == "-" else 1
+    hours, minutes = int(text[1:3]), int(text[-2:])
+    if hours > 14 or minutes > 59:
+        return None
+    return datetime.timezone(sign * datetime.timedelta(hours=hours, minutes=minutes))
 
 
 def _clock(at: float) -> str:

@@ -43,8 +43,9 @@ from tpu_nb.wire.events import Heartbeat, Output, Progress, Stalled, Stopping, W
 from tpu_nb.wire.host_lines import MAX_LINE_BYTES, HostEnded, decode
 from tpu_nb.wire.limits import cap_text
 from tpu_nb.wire.results import ResultNotLoaded, load_result
-from tpu_nb.wire.run_directory import STACKS_REQUEST_FILE, STOP_FILE, RunDirectory
+from tpu_nb.wire.run_directory import STACKS_REQUEST_FILE, STOP_FILE, RunDirectory, stop_text
 from tpu_nb.wire.stacks import StackAnswer, StackReport
+from tpu_nb.wire.stop_reason import StopReason
 from tpu_nb.wire.worker_exceptions import ExceptionReport
 
 STREAM_END_WAIT = 10.0  # seconds for the backend's stream to end after every host said it ended
@@ -134,6 +135,7 @@ class PodRun(FollowedRun):
         self._other_lines: deque[str] = deque(maxlen=OTHER_LINES_KEPT)
         self._origins: dict[str, int] = {}  # a host's train.py ("hostname:pid") -> its row
         self._stopping_step: int | None = None
+        self._stopping_reason: StopReason | None = None  # the reason host 0 said its workers obeyed
         self._stream_ended_at: float | None = None
 
     def stacks(self) -> StackReport:
@@ -196,9 +198,10 @@ class PodRun(FollowedRun):
         return 2 * STOP_AHEAD_SECONDS  # the stop's way to every host, and the steps it is set ahead by
 
     def _ask_to_stop(self) -> None:
-        """Every host stops at the same step, a little ahead; delivered by a helper thread (an ssh to every host takes time)."""
-        step = self._stop_step()
-        threading.Thread(target=self._send_stop, args=(step,), name="tpu_nb-pod-stop", daemon=True).start()
+        """Every host stops at the same step, a little ahead, for the stop's reason; delivered by a helper thread (an ssh to
+        every host takes time)."""
+        text = stop_text(self._stop_step(), self._stopped_by)
+        threading.Thread(target=self._send_stop, args=(text,), name="tpu_nb-pod-stop", daemon=True).start()
 
     def _stop_step(self) -> int | None:
         assert self._started_at is not None
@@ -206,14 +209,14 @@ class PodRun(FollowedRun):
 
     def _ask_for_stacks(self, number: int) -> str | None:
         try:
-            self.backend.deliver(self.run, STACKS_REQUEST_FILE, number)
+            self.backend.deliver(self.run, STACKS_REQUEST_FILE, str(number))
         except commands.CommandFailed as error:
             return str(error)
         return None
 
-    def _send_stop(self, step: int | None) -> None:
+    def _send_stop(self, text: str) -> None:
         try:
-            self.backend.deliver(self.run, STOP_FILE, step)
+            self.backend.deliver(self.run, STOP_FILE, text)
         except commands.CommandFailed as error:
             self._write("stderr", f"tpu_nb: the stop did not reach every host ({error}); Kill ends the run.\n")
 
@@ -277,7 +280,7 @@ class PodRun(FollowedRun):
                 self._deliver(WorkerStarted(host, self.run.hosts, event.pid, event.device))
         elif not isinstance(event, StackReport):  # a report is made in the kernel: host lines never carry one
             if isinstance(event, Stopping) and host == 0:
-                self._stopping_step = event.step
+                self._stopping_step, self._stopping_reason = event.step, event.reason
             if isinstance(event, Heartbeat) and event.step is not None and event.step >= self._furthest.get(host, (0.0, -1))[1]:
                 self._furthest[host] = (time.monotonic(), event.step)
             self._deliver(dataclasses.replace(event, rank=host))  # one worker row per host
@@ -310,8 +313,8 @@ class PodRun(FollowedRun):
         if self._raised is not None:
             host, report = self._raised
             return Raised(report, seconds, host)
-        if self._stop_reason is not None:
-            return Stopped(self._stop_reason, seconds, self._steps[-1][1] if self._steps else None)
+        if self._hard_stop is not None:
+            return Stopped(self._hard_stop, seconds, self._steps[-1][1] if self._steps else None)
         died = [(host, ended) for host, ended in sorted(self._ended_hosts.items()) if ended.status != "done"]
         if died:
             host, ended = died[0]
@@ -334,4 +337,5 @@ class PodRun(FollowedRun):
                 return Died(0, None, "host 0", seconds, f"finished, but its results could not be fetched ({error})")
             if result is None:
                 return Died(0, None, "host 0", seconds, "finished without saving rank 0's results")
-            return Succeeded(MappingProxyType({0: result}), seconds, self._stopping_step, self._stopped_by)
+            # The reason host 0's workers obeyed (the kernel's own, the first stop winning, if none said it).
+            return Succeeded(MappingProxyType({0: result}), seconds, self._stopping_step, self._stopping_reason or self._stopped_by)

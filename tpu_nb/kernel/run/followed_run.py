@@ -31,10 +31,12 @@ from tpu_nb.kernel.progress.throughput import Throughput, ThroughputMeter
 from tpu_nb.kernel.run.stop_wait import StopClock, StopWait
 from tpu_nb.wire.events import Event, Notice
 from tpu_nb.wire.stacks import StackReport
+from tpu_nb.wire.stop_reason import StopReason
 
 POLL_SECONDS = 0.1
 
-StopReason = Literal["interrupt", "timeout"]
+HardStop = Literal["interrupt", "timeout"]
+"""Why the kernel ended every process at once (a graceful stop's reason is a `StopReason`)."""
 
 
 class RunObserver(Protocol):
@@ -66,13 +68,13 @@ class FollowedRun(ABC):
         self._started_wall = time.time()
         self._stop_requested_at: float | None = None
         self._kill_requested = False
-        self._stop_reason: StopReason | None = None
+        self._hard_stop: HardStop | None = None
         self._ended = False
         self._deadline: Deadline | None = None  # set by `_start` where the run has one
         self._stop_clock = StopClock(options.stop_grace, options.checkpoints)  # how long a stop waits, learned as the run goes
         self._stop_announced = False
         self._busy_announced: str | None = None  # the long phase last named to the user while the stop waits
-        self._stopped_by = "user"
+        self._stopped_by = StopReason.USER  # who asked the graceful stop, once one was asked
 
     @property
     def ended(self) -> bool:
@@ -81,11 +83,11 @@ class FollowedRun(ABC):
     @property
     def stopped_by_deadline(self) -> bool:
         """The run's deadline asked it to stop (a sweep then starts no more trials)."""
-        return self._stopped_by == "its deadline"
+        return self._stopped_by is StopReason.DEADLINE
 
     @property
-    def stopped_at_a_step_by(self) -> str | None:
-        """Who stopped the run at a step boundary ("user", "its deadline", `PRUNER`), once its stop reached one; else None."""
+    def stopped_at_a_step_by(self) -> StopReason | None:
+        """Who stopped the run at a step boundary, once its stop reached one; else None."""
         return self._stopped_by if self.stopping and self._stop_reached() else None
 
     @property
@@ -139,7 +141,7 @@ class FollowedRun(ABC):
             self._end_now("timeout")
         elif self._deadline_passed():
             # Early enough for the last checkpoint: a graceful stop, as on an interrupt.
-            self.request_stop("its deadline")
+            self.request_stop(StopReason.DEADLINE)
             saving = ", with a checkpoint" if self.options.checkpoints is not None else ""
             self._write("stderr", f"tpu_nb: stopping now{saving}: {self._deadline_text()}.\n")
         elif self._stop_requested_at is not None and not self._stop_reached() and now > self.stop_wait().until:
@@ -161,9 +163,9 @@ class FollowedRun(ABC):
         self._stop_announced, self._busy_announced = True, phase
         self._deliver(Notice(0, self.stopping_note))
 
-    def request_stop(self, by: str = "user") -> bool:
-        """Graceful stop (any thread), asked `by` the user, the run's deadline or a search's pruner (`PRUNER`); False if one
-        was already asked for."""
+    def request_stop(self, by: StopReason = StopReason.USER) -> bool:
+        """Graceful stop (any thread), asked `by` the user, the run's deadline or a search's pruner; False if one was already
+        asked for (the first stop's reason stays)."""
         if self.stopping:
             return False
         self._stopped_by = by
@@ -236,10 +238,10 @@ class FollowedRun(ABC):
             self._end_now("interrupt")
         self._release()
 
-    def _end_now(self, reason: StopReason | None) -> None:
+    def _end_now(self, reason: HardStop | None) -> None:
         """End every process now, even if the user keeps pressing interrupt. `reason` None: a worker failed."""
-        if self._stop_reason is None and reason is not None:
-            self._stop_reason = reason
+        if self._hard_stop is None and reason is not None:
+            self._hard_stop = reason
         while True:
             try:
                 self._end_everything()
@@ -300,7 +302,7 @@ class FollowedRun(ABC):
 
     @abstractmethod
     def _ask_to_stop(self) -> None:
-        """Deliver the graceful stop to the processes."""
+        """Deliver the graceful stop to the processes, with its reason (`_stopped_by`)."""
 
     @abstractmethod
     def _end_everything(self) -> None:

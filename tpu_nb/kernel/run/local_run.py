@@ -30,6 +30,7 @@ from tpu_nb.runtime import RuntimeInfo, detect
 from tpu_nb.wire.events import ChipFigures, Event, Notice, Stalled, Stopping, WorkerRaised, WorkerStarted
 from tpu_nb.wire.shared_memory_stop import StopRequest
 from tpu_nb.wire.stacks import StackReport
+from tpu_nb.wire.stop_reason import StopReason
 from tpu_nb.workers.processes import chip_ranks
 from tpu_nb.workers.processes.chip_ranks import ChipRun
 from tpu_nb.workers.processes.programs import Program, uses_trainer
@@ -44,6 +45,7 @@ class _EventFacts:
         self.first_raising_rank: int | None = None
         self.last_step: int | None = None  # rank 0's
         self.stopping_step: int | None = None  # where rank 0 stopped gracefully
+        self.stopping_reason: StopReason | None = None  # and the reason it obeyed
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, WorkerStarted):
@@ -52,7 +54,7 @@ class _EventFacts:
         elif isinstance(event, WorkerRaised) and self.first_raising_rank is None:
             self.first_raising_rank = event.rank
         elif isinstance(event, Stopping) and event.rank == 0:
-            self.stopping_step = event.step
+            self.stopping_step, self.stopping_reason = event.step, event.reason
         step = getattr(event, "step", None)
         if step is not None and getattr(event, "rank", None) == 0:
             self.last_step = step
@@ -245,7 +247,7 @@ class Run(FollowedRun):
 
     def _ask_to_stop(self) -> None:
         if self._stop_request is not None:
-            self._stop_request.request()
+            self._stop_request.request(self._stopped_by)
 
     def _end_everything(self) -> None:
         killed = self._processes.end(workers=list(self._facts.ranks_by_pid))
@@ -269,8 +271,8 @@ class Run(FollowedRun):
 
     def _outcome(self) -> Outcome:
         seconds = self._seconds
-        if self._stop_reason is not None:
-            return Stopped(self._stop_reason, seconds, self._facts.last_step)
+        if self._hard_stop is not None:
+            return Stopped(self._hard_stop, seconds, self._facts.last_step)
         facts = self._facts
         ranks = list(range(facts.world_size or 1)) if self.options.all_results else [0]
         # None only if the supervisor could not be reaped even after SIGKILL
@@ -286,7 +288,7 @@ class Run(FollowedRun):
             ranks,
             seconds,
             facts.stopping_step,
-            self._stopped_by,
+            facts.stopping_reason or self._stopped_by,  # the reason the workers obeyed (the same, the first stop winning)
             self._returned,
         )
         if isinstance(outcome, Died):

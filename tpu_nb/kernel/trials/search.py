@@ -33,13 +33,14 @@ import sqlalchemy.exc
 from optuna.exceptions import OptunaError
 from optuna.trial import FrozenTrial, TrialState
 
-from tpu_nb.kernel.endings.run_ending import PRUNER, Ending
+from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.notebook.cell_output import Write
 from tpu_nb.kernel.trials.comparison import MetricChoice
 from tpu_nb.kernel.trials.spec import Trial
 from tpu_nb.kernel.trials.sweep import Dropped, StopAsked, TrialNotMade, TrialOutcome, TrialWatch
 from tpu_nb.kernel.trials.sweep_record import plain_values
 from tpu_nb.wire.events import Event, Progress
+from tpu_nb.wire.stop_reason import StopReason
 
 VALUES = "tpu_nb_values"
 STOPPED = "tpu_nb_stopped"
@@ -154,7 +155,7 @@ class Search(TrialWatch):
 
     def stop_for(self, trial: Trial) -> StopAsked | None:
         why = self._pruned.get(trial.number)
-        return None if why is None else StopAsked(PRUNER, why)
+        return None if why is None else StopAsked(StopReason.PRUNED, why)
 
     def on_event(self, trial: Trial, event: Event) -> None:
         """A reported value of the metric at a new step: told to the study, then (until it says prune) its pruner asked."""

@@ -29,7 +29,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from tpu_nb.kernel.endings.notebook_errors import LaunchRefused
-from tpu_nb.kernel.endings.run_ending import PRUNER, Ending
+from tpu_nb.kernel.endings.run_ending import Ending
 from tpu_nb.kernel.history.log import sweep_label
 from tpu_nb.kernel.notebook.cell_output import LinePrefixer, Write, write_to_sys
 from tpu_nb.kernel.notebook.interrupts import interrupts_counted
@@ -41,6 +41,7 @@ from tpu_nb.kernel.run.followed_run import RunObserver
 from tpu_nb.kernel.run.local_run import Run
 from tpu_nb.kernel.trials.spec import Trial
 from tpu_nb.wire.events import Event
+from tpu_nb.wire.stop_reason import StopReason
 from tpu_nb.workers.processes.programs import Program
 
 NOT_STARTED = "not started"
@@ -99,9 +100,9 @@ class Dropped:
 
 @dataclass(frozen=True, slots=True)
 class StopAsked:
-    """A source wants a running trial stopped at its next step boundary: `by` whom (a search's `PRUNER`), and why."""
+    """A source wants a running trial stopped at its next step boundary: `by` whom (a search's pruner), and why."""
 
-    by: str
+    by: StopReason
     why: str
 
 
@@ -320,7 +321,7 @@ class Sweep:
 
         def to_load() -> Collection[str]:
             assert returns is not None
-            return returns.to_load(trial, final_of(metrics.rows), "pruned" if run.stopped_at_a_step_by == PRUNER else "done")
+            return returns.to_load(trial, final_of(metrics.rows), "pruned" if run.stopped_at_a_step_by is StopReason.PRUNED else "done")
 
         write = _prefixed(self._write, trial)
         try:

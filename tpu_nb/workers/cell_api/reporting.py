@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tpu_nb.wire.events import Counted, Heartbeat, Notice, Progress, Stalled, Stopping
+from tpu_nb.wire.stop_reason import StopReason
 from tpu_nb.workers.readings.device_readings import CompiledSteps, CompileReading, DeviceReads, xla_compile_reading, xla_compiles_started
 from tpu_nb.workers.readings.step_counts import COUNT_KEYS, StepCounts, counted_from
 from tpu_nb.workers.stalls.watchdog import Activity
@@ -44,7 +45,8 @@ class ProcessDoctor(Protocol):
 
 
 class StopTraining(Exception):
-    """Raised by `report(...)` when the user asked the run to stop gracefully.
+    """Raised by `report(...)` when the run was asked to stop gracefully: by the user, its deadline or a search's pruner
+    (its message says which: "stopped by its deadline at step 120").
 
     A hand-written loop ends there; tpu_nb treats it as a normal end, so
     `--return` values and weights come back. Catch it to clean up first.
@@ -129,8 +131,15 @@ class WorkerReporter:
         if not self.stop_request.should_stop(rank, boundary):
             return False
         self.phases[rank] = "stopping"
-        self.writer.send(Stopping(rank, boundary))
+        self.writer.send(Stopping(rank, boundary, self.stop_reason))
         return True
+
+    @property
+    def stop_reason(self) -> StopReason:
+        """Why the graceful stop this rank obeys was asked for (once `should_stop` said so)."""
+        reason = self.stop_request.reason
+        assert reason is not None, "a stop is asked with its reason"
+        return reason
 
     def due(self) -> bool:
         """True at most every REPORT_INTERVAL; only rank 0 sends metrics."""
@@ -311,7 +320,7 @@ def report(
 
     Call it every step, after the optimizer step: it is rate-limited (a metric reported only every few steps, such as an
     evaluation's, is always sent). It is
-    also where a hand-written loop stops gracefully: after an interrupt it
+    also where a hand-written loop stops gracefully: after an interrupt (or the run's deadline, or a search's pruner) it
     raises `StopTraining` at the step every rank agreed on. `loss` and `metrics` may be
     Python numbers or XLA tensors (read after the step runs, never forcing
     an extra execution). `tokens` and `samples` are this rank's counts in
@@ -349,7 +358,7 @@ def report(
         reporter.flush()
         if checkpointer is not None and step is not None:
             checkpointer.save(step, reporter.history)  # what the run learned, kept before it stops
-        raise StopTraining(f"stopped by the user at step {progress.step}")
+        raise StopTraining(f"stopped by {reporter.stop_reason.who} at step {progress.step}")
     if checkpointer is not None and step is not None and checkpointer.due(step):
         reporter.unsent = (progress, values)
         reporter.flush()  # this step's metrics read now (the save syncs anyway), so its checkpoint holds them

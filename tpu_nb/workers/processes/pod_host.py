@@ -201,11 +201,11 @@ def _watch_requests(run_dir: Path, stop_request: StopRequest, writer: LineWriter
 def _take_stop(run_dir: Path, stop_request: StopRequest) -> None:
     if stop_request.requested:
         return
-    asked, step = read_stop(run_dir)
-    if asked and step is not None:
-        stop_request.request_at(step)
-    elif asked:
-        stop_request.request()  # no step known: each host stops one past its furthest rank
+    reason, step = read_stop(run_dir)
+    if reason is not None and step is not None:
+        stop_request.request_at(step, reason)
+    elif reason is not None:
+        stop_request.request(reason)  # no step known: each host stops one past its furthest rank
 
 
 def answer_stacks(dump_dir: Path, request: int, writer: LineWriter) -> None:

@@ -148,8 +148,8 @@ class GkeSlice:
     def pods(self, run: RunDirectory) -> list[str]:
         return commands.run(self.kubectl("get", "pods", f"--selector={pod_selector(run.name)}", "--output=name")).split()
 
-    def deliver(self, run: RunDirectory, name: str, number: int | None) -> None:
-        write = request_shell(RUN_DIR, name, number)
+    def deliver(self, run: RunDirectory, name: str, text: str) -> None:
+        write = request_shell(RUN_DIR, name, text)
         for pod in self.pods(run):
             commands.run(self.kubectl("exec", pod, "--", "sh", "-c", write))
 

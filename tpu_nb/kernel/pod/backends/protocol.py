@@ -24,8 +24,8 @@ class PodBackend(Protocol):
         """Copy the run to the hosts and start it on each: one local process whose output is every host's."""
         ...
 
-    def deliver(self, run: RunDirectory, name: str, number: int | None) -> None:
-        """Write request file `name` holding `number` in the run's directory on every host (`run_directory.request_shell`)."""
+    def deliver(self, run: RunDirectory, name: str, text: str) -> None:
+        """Write request file `name` holding `text` in the run's directory on every host (`run_directory.request_shell`)."""
         ...
 
     def end(self, run_name: str) -> str:

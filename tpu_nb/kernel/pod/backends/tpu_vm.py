@@ -84,8 +84,8 @@ class TpuVmSlice:
         remote = shlex.quote(_remote(run.name))
         return self.ssh(f"cd {remote} && PJRT_DEVICE=${{PJRT_DEVICE:-TPU}} exec {self.python} {TRAIN_SCRIPT}")
 
-    def deliver_command(self, run: RunDirectory, name: str, number: int | None) -> list[str]:
-        return self.ssh(request_shell(_remote(run.name), name, number))
+    def deliver_command(self, run: RunDirectory, name: str, text: str) -> list[str]:
+        return self.ssh(request_shell(_remote(run.name), name, text))
 
     def kill_command(self, run_name: str) -> list[str]:
         """End run `run_name` on every host: its process group there."""
@@ -136,8 +136,8 @@ class TpuVmSlice:
         commands.run(self.copy_command(run))
         return commands.start(self.start_command(run))
 
-    def deliver(self, run: RunDirectory, name: str, number: int | None) -> None:
-        commands.run(self.deliver_command(run, name, number))
+    def deliver(self, run: RunDirectory, name: str, text: str) -> None:
+        commands.run(self.deliver_command(run, name, text))
 
     def kill(self, run: RunDirectory) -> None:
         self.end(run.name)
