@@ -105,7 +105,7 @@ def test_a_pod_run_copies_starts_and_returns_like_a_local_run_in_private_directo
     run_name = shlex.split(command.removeprefix("--command="))[1].split("/")[1]
     for host in range(pod.hosts):  # every host got the run directory, and ran it
         run_dir = pod.home(host) / "tpu_nb_runs" / run_name
-        assert (run_dir / "train.py").exists() and (run_dir / "tpu_nb" / "workers" / "pod_host.py").exists()
+        assert (run_dir / "train.py").exists() and (run_dir / "tpu_nb" / "workers" / "processes" / "pod_host.py").exists()
         assert (run_dir / "results" / "result-0.json").exists()
     assert any("scp" in call and "--worker=0" in call and f"my-slice:tpu_nb_runs/{run_name}/results" in call for call in calls)
     assert copy
