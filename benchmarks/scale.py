@@ -55,6 +55,7 @@ import ctypes
 import gc
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -219,15 +220,17 @@ def run_raw(size: str, dtype: str, world: int, directory: Path) -> dict[str, Any
         returned.unlink()
 
     tiny = build_model(SHAPES["tiny"], dtype)
-    settle("tiny_")
-    mark("tiny_cell")
-    cell(tiny, directory / "tiny.pt")
-    mark("tiny_back")
-    settle()
-    mark("cell")
-    cell(model, directory / "checkpoint.pt")
-    mark("back")
-    shm.rmdir()
+    try:
+        settle("tiny_")
+        mark("tiny_cell")
+        cell(tiny, directory / "tiny.pt")
+        mark("tiny_back")
+        settle()
+        mark("cell")
+        cell(model, directory / "checkpoint.pt")
+        mark("back")
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)  # a worker that died (the OOM killer) left its state there
     return {"weights": weight_bytes(model), "checkpoint_bytes": (directory / "checkpoint.pt").stat().st_size}
 
 
