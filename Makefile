@@ -145,6 +145,7 @@ benchmark: install
 	PJRT_DEVICE=CPU $(BIN)/python benchmarks/trials_side_by_side.py
 	PJRT_DEVICE=CPU $(BIN)/python benchmarks/sweep_return_memory.py
 	PJRT_DEVICE=CPU $(BIN)/python benchmarks/search_pruning.py
+	PJRT_DEVICE=CPU $(BIN)/python benchmarks/scale.py
 
 clean:
 	rm -rf $(VENV) $(COMPAT_IMAGES:%=.venv-%) .venv-torch-tpu .debian13 build *.egg-info

@@ -97,6 +97,17 @@ def test_resuming_another_model_is_refused_with_the_difference(tmp_path: Path) -
         other.track({"model": bigger, "optimizer": torch.optim.SGD(bigger.parameters(), lr=0.1)}, rank=0)
 
 
+def test_only_rank_0_which_saves_copies_its_starting_weights_to_the_host_for_their_checksums(tmp_path: Path) -> None:
+    """With a process per device every rank tracks its model; the checksums, a copy of every weight, serve rank 0's saves."""
+    started = {}
+    for rank in (0, 1):
+        checkpointer, _writer, model, optimizer = new_run(tmp_path / str(rank))
+        assert checkpointer.track({"model": model, "optimizer": optimizer}, rank=rank) == 0
+        started[rank] = checkpointer.start_checksums
+    assert started[0] is not None and set(started[0]) == {"weight", "bias"}
+    assert started[1] is None
+
+
 def test_a_checkpoint_of_the_starting_weights_fails_its_check_and_the_previous_one_stays_newest(tmp_path: Path) -> None:
     checkpointer, writer, model, optimizer = new_run(tmp_path)
     starting = {key: tensor.clone() for key, tensor in model.state_dict().items()}

@@ -144,7 +144,8 @@ class Checkpointer:
         self.objects = objects
         model = objects.get("model")
         if self.plan.resume_from is None:
-            self.start_checksums = model_checksums(model) if model is not None else None
+            # Rank 0 alone saves: the other ranks of a process per device copy no weight to the host for them.
+            self.start_checksums = model_checksums(model) if model is not None and rank == 0 else None
             return 0
         path, local = self.resume_copy()
         try:
