@@ -45,12 +45,13 @@ collect_ignore = [] if os.environ.get("TPU_NB_TORCH_TPU_ENV") == "1" else ["torc
 
 
 # What takes longest (measured: docs/concepts/testing.md, "How long the tests take"): the tutorials (40-200 s
-# each), the real kernels (10-100 s), JupyterLab and the pod runs start kernels or processes and train; the
+# each), the real kernels (10-100 s; the README's quick start, 80 s), JupyterLab and the pod runs start kernels or processes and train; the
 # decoder families (30 s each) compile eight models.
 LONGEST = (
     "/tests/notebooks/",
     "/tests/browser/",
     "/tests/real_kernel/",
+    "/tests/test_readme.py",
     "/tests/kernel/pod/test_pod_run.py",
     "/tests/workers/trainer/test_families.py",
 )
