@@ -93,7 +93,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def run_log_of_the_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Every run's record goes to a run log (tpu_nb/kernel/history/log.py), by default beside the notebook: the tests'
+    """Every run's record goes to a run log (tpu_nb/kernel/history/log.py), by default in the kernel's working directory: the tests'
     runs, and the kernels and tutorials they start, log into a directory of each pytest process's own, never the checkout."""
     previous = os.environ.get("TPU_NB_RUN_LOG")
     os.environ["TPU_NB_RUN_LOG"] = str(tmp_path_factory.mktemp("run_log"))

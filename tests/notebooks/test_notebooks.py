@@ -243,3 +243,21 @@ def test_sft_lora_chat(tmp_path: Path) -> None:
     [bar] = widget_states(notebook, "IntProgressModel")
     assert bar["value"] == bar["max"] == 60 and bar["bar_style"] == "success"
     print(f"07_sft_lora_chat: {seconds:.0f}s, answers right {before:.2f} -> {after:.2f}")
+
+
+def test_trials_kfold(tmp_path: Path) -> None:
+    notebook, text, seconds = execute("08_trials_kfold.ipynb", tmp_path, time_bound=300)
+    assert "XLA devices  4" in text  # CPU_NUM_DEVICES from the parameters cell, set in time
+    folds = [float(value) for value in re.search(r"each fold's accuracy: \[([^\]]+)\]", text).group(1).split(", ")]
+    assert len(folds) == 4 and all(0 <= value <= 1 for value in folds)
+    assert "mean ± spread of eval_accuracy across folds" in text and "4 trials, 4 at a time" in text  # a device each
+    best = re.search(r"best trial: #(\d+) \{'lr': ([\d.e-]+), 'seed': (\d)\}, eval_accuracy ([\d.]+)", text)
+    assert best is not None, text
+    assert float(best.group(2)) == 3e-2  # the higher learning rate learns the marker in 60 steps; 1e-3 does not
+    test_accuracy = float(re.search(r"held-out test set ([\d.]+)", text).group(1))
+    assert test_accuracy > 0.9  # the notebook's model is the best trial's
+    [listing] = [cell for cell in notebook.cells if cell.source.startswith("%tpu_runs")]
+    rows = listing.outputs[0]["data"]["text/plain"].splitlines()
+    assert len(rows) == 8 and all("%%tpu_train --trials trial #" in row for row in rows), rows
+    assert sum("(fold=" in row for row in rows) == 4 and sum("(lr=" in row for row in rows) == 4  # both sweeps, side by side
+    print(f"08_trials_kfold: {seconds:.0f}s, folds {folds}, best {best.groups()}, test accuracy {test_accuracy:.2f}")
