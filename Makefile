@@ -48,7 +48,7 @@ TEST_XLA_FLAGS := --xla_backend_optimization_level=0 --xla_llvm_disable_expensiv
 TEST_ENV := PJRT_DEVICE=CPU PYTHONDONTWRITEBYTECODE= XLA_FLAGS="$(TEST_XLA_FLAGS)"
 
 # The tutorials, executed whole (tests/notebooks: each notebook in a real kernel; the quick start in JupyterLab), are
-# `make test-tutorials`: a third of the suite's CPU time (400 of 1,240 CPU-seconds measured), in eight tests of 40-160 s.
+# `make test-tutorials`: a third of the suite's CPU time (400 of 1,240 CPU-seconds measured, in eight tests of 40-160 s, before tutorial 08).
 # `make test` is everything else, under 10 minutes; CI (.ci/run) runs both.
 TUTORIALS := tests/notebooks tests/browser/test_jupyterlab.py
 

@@ -236,7 +236,7 @@ def run_raw(size: str, dtype: str, world: int, directory: Path) -> dict[str, Any
 
 CELL = """%%tpu_train --no-progress --run-log off --cores {world} --return {model} --checkpoint {checkpoint} --every 2steps
 import torch, tpu_nb
-from tpu_nb.workers import reporting
+from tpu_nb.workers.cell_api import reporting
 mark("first_line", rank)
 def tracked(model):
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -270,7 +270,7 @@ def run_tpu_nb(size: str, dtype: str, world: int, directory: Path) -> dict[str, 
 
     import tpu_nb.kernel.endings.run_ending as run_ending
     import tpu_nb.kernel.notebook.returns as returns
-    import tpu_nb.workers.worker as worker
+    import tpu_nb.workers.processes.worker as worker
     from tpu_nb.kernel.run import warm_imports
     from tpu_nb.wire.checkpoints import list_checkpoints
 

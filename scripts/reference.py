@@ -4,12 +4,16 @@
     python scripts/reference.py --check  # exit 1 if a page differs from what the code says (make test runs this check)
 
 The options come from their one declaration (tpu_nb/kernel/planning/declared_options.py), the
-magics' help from their argument parsers, the Python API from its signatures and docstrings.
+magics' help from their argument parsers (every magic `%load_ext tpu_nb` registers), the Python API and
+`tpu_nb.recipes` (every name of its `__all__`) from their signatures, docstrings and the attributes of the
+classes they return (a dataclass field's docstring or trailing comment is its description).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
 import inspect
 import sys
 from collections.abc import Callable
@@ -50,13 +54,17 @@ def options_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+# In the order a newcomer meets them; tests/scripts/test_reference.py checks it is every magic registered.
+MAGICS = ("tpu_train", "tpu_prepare", "tpu_info", "tpu_runs", "tpu_checkpoints", "tpu_release", "tpu_picker", "tpu_selftest")
+
+
 def magics_page() -> str:
     from tpu_nb.magics import TpuMagics
 
-    magics = ("tpu_train", "tpu_prepare", "tpu_info", "tpu_checkpoints", "tpu_release", "tpu_picker", "tpu_selftest")
+    cell_magics = set(TpuMagics.magics["cell"])
     lines = ["# Magics", "", GENERATED, "", "What `%magic?` shows in a notebook, for every magic `%load_ext tpu_nb` adds.", ""]
-    for name in magics:
-        prefix = "%%" if name in ("tpu_train",) else "%"
+    for name in MAGICS:
+        prefix = "%%" if name in cell_magics else "%"  # %%tpu_prepare is also a line magic: its help says so
         lines += [f"## `{prefix}{name}`", "", "```", inspect.cleandoc(getattr(TpuMagics, name).__doc__ or ""), "```", ""]
     return "\n".join(lines)
 
@@ -65,9 +73,16 @@ def python_page() -> str:
     import tpu_nb
     import tpu_nb.checkpoint
     import tpu_nb.pod
+    import tpu_nb.runtime
     import tpu_nb.selftest
     import tpu_nb.spmd
+    from tpu_nb.kernel.pod.api import PodResult
     from tpu_nb.kernel.run.background import BackgroundRun
+    from tpu_nb.kernel.trials.sweep import TrialOutcome
+    from tpu_nb.kernel.trials.sweep_result import SweepResult
+    from tpu_nb.runtime.info import RuntimeInfo
+    from tpu_nb.selftest.report import CheckResult, SelftestReport
+    from tpu_nb.wire.stacks import RankPlace, StackReport
 
     functions: list[tuple[str, Callable[..., Any]]] = [
         ("tpu_nb.launch", tpu_nb.launch),
@@ -81,20 +96,34 @@ def python_page() -> str:
         ("tpu_nb.checkpoint.track", tpu_nb.checkpoint.track),
         ("tpu_nb.checkpoint.skip", tpu_nb.checkpoint.skip),
         ("tpu_nb.selftest.run", tpu_nb.selftest.run),
+        ("tpu_nb.runtime.detect", tpu_nb.runtime.detect),
         *((f"tpu_nb.spmd.{name}", getattr(tpu_nb.spmd, name)) for name in tpu_nb.spmd.__all__),
     ]
     lines = ["# Python API", "", GENERATED, ""]
     for name, function in functions:
-        lines += [f"## `{name}`", "", "```python", f"{name}{inspect.signature(function)}", "```", "", _doc(function), ""]
+        lines += [f"## `{name}`", "", "```python", f"{name}{_signature(function)}", "```", "", _doc(function), ""]
     lines += ["## `tpu_nb.BackgroundRun`", "", _doc(BackgroundRun), ""]
-    for member, value in vars(BackgroundRun).items():
-        if member.startswith("_") or not (callable(value) or isinstance(value, property)):
-            continue
-        target = value.fget if isinstance(value, property) else value
-        shown = f"{member}" if isinstance(value, property) else f"{member}{inspect.signature(target)}"
-        lines += [f"### `run.{shown}`", "", _doc(target), ""]
+    lines += _members(BackgroundRun, "run", skip={"follow"})  # follow(): how the launcher starts the handle's thread
+    lines += [
+        "## What runs return",
+        "",
+        "The classes of the values `launch(trials=...)`, `pod.launch()`, `run.stacks()`, `selftest.run()` and `detect()` return.",
+        "",
+    ]
+    for title, cls, instance in (
+        ("SweepResult (from `launch(trials=...)` and a `%%tpu_train --trials` cell)", SweepResult, "result"),
+        ("TrialOutcome (each of `SweepResult.trials`)", TrialOutcome, "outcome"),
+        ("PodResult (from `tpu_nb.pod.launch()` and `tpu_nb.pod.results()`)", PodResult, "result"),
+        ("StackReport (from `run.stacks()`, and shown when a run goes quiet)", StackReport, "report"),
+        ("RankPlace (each of `StackReport.ranks`)", RankPlace, "place"),
+        ("SelftestReport (from `tpu_nb.selftest.run()`)", SelftestReport, "report"),
+        ("CheckResult (each of `SelftestReport.results`)", CheckResult, "result"),
+        ("RuntimeInfo (from `tpu_nb.runtime.detect()`)", RuntimeInfo, "info"),
+    ):
+        lines += [f"### {title}", "", _doc(cls), "", *_attributes(cls, instance), *_members(cls, instance, level="####")]
     lines += ["## Exceptions", "", "Each can be caught as `tpu_nb.<Name>`.", ""]
     for exception in (
+        "TpuNbWarning",
         "LaunchRefused",
         "NotReturned",
         "RunEnded",
@@ -110,6 +139,109 @@ def python_page() -> str:
     return "\n".join(lines)
 
 
+def recipes_page() -> str:
+    import tpu_nb.recipes as recipes
+
+    lines = ["# Recipes: `tpu_nb.recipes`", "", GENERATED, "", _doc(recipes), ""]
+    for name in recipes.__all__:
+        value = getattr(recipes, name)
+        if inspect.isclass(value):
+            lines += [f"## `tpu_nb.recipes.{name}`", "", _doc(value), "", *_attributes(value, name[0].lower() + name[1:])]
+            lines += _members(value, name[0].lower() + name[1:], level="###")
+        elif callable(value):
+            lines += [f"## `tpu_nb.recipes.{name}`", "", "```python", f"{name}{_signature(value)}", "```", "", _doc(value), ""]
+        else:
+            lines += [f"## `tpu_nb.recipes.{name}`", "", "```python", f"{name} = {value!r}", "```", ""]
+    return "\n".join(lines)
+
+
+def _attributes(cls: type, instance: str) -> list[str]:
+    """A class's attributes (a dataclass's fields, or what `__init__` sets), each with its type and description."""
+    described = _attribute_docs(cls)
+    if dataclasses.is_dataclass(cls):
+        names = {field.name: str(field.type) for field in dataclasses.fields(cls) if not field.name.startswith("_")}
+    else:
+        names = {name: "" for name in described}
+    if not names:
+        return []
+    lines = ["| attribute | type | what |", "|---|---|---|"]
+    for name, kind in names.items():
+        kind_text = f"`{kind}`" if kind else ""
+        lines.append(
+            f"| `{instance}.{name}` | {kind_text.replace('|', chr(92) + '|')} | {described.get(name, '').replace('|', chr(92) + '|')} |"
+        )
+    return [*lines, ""]
+
+
+def _attribute_docs(cls: type) -> dict[str, str]:
+    """Each attribute's description in the class's source: the string after it, else its line's trailing comment."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return {}
+    source = inspect.cleandoc("\n" + source) if source.startswith(" ") else source
+    source_lines = source.splitlines()
+    [tree] = ast.parse(source).body
+    assert isinstance(tree, ast.ClassDef)
+    bodies = [tree.body] + [item.body for item in tree.body if isinstance(item, ast.FunctionDef) and item.name == "__init__"]
+    found: dict[str, str] = {}
+    for body in bodies:
+        for statement, following in zip(body, [*body[1:], None], strict=True):
+            name = _assigned_name(statement)
+            if name is None or name.startswith("_"):
+                continue
+            if isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant) and isinstance(following.value.value, str):
+                found[name] = " ".join(inspect.cleandoc(following.value.value).split())
+            else:
+                _code, marker, comment = source_lines[statement.end_lineno - 1].partition("  # ")  # type: ignore[operator]
+                found[name] = comment.strip() if marker else ""
+    return found
+
+
+def _assigned_name(statement: ast.stmt) -> str | None:
+    """`name: type` in a class body, or `self.name = ...` in `__init__`."""
+    if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+        return statement.target.id
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+        target = statement.targets[0]
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+            return target.attr
+    return None
+
+
+def _members(cls: type, instance: str, skip: frozenset[str] | set[str] = frozenset(), level: str = "###") -> list[str]:
+    """A class's public methods and properties, each with its signature and docstring."""
+    lines: list[str] = []
+    for member, value in vars(cls).items():
+        if member.startswith("_") or member in skip or not (callable(value) or isinstance(value, property)):
+            continue
+        if inspect.isclass(value):
+            continue
+        target = value.fget if isinstance(value, property) else value
+        shown = member if isinstance(value, property) else f"{member}{_signature(target, method=True)}"
+        lines += [f"{level} `{instance}.{shown}`", "", _doc(target), ""]
+    return lines
+
+
+class _Written(str):
+    """An annotation as the source writes it (`from __future__ import annotations` keeps them as strings)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _signature(function: Callable[..., Any], method: bool = False) -> inspect.Signature:
+    """`function`'s signature as its source spells it; a method's without `self`."""
+    signature = inspect.signature(function)
+    parameters = list(signature.parameters.values())[1 if method else 0 :]
+    written = [
+        parameter.replace(annotation=_Written(parameter.annotation)) if isinstance(parameter.annotation, str) else parameter
+        for parameter in parameters
+    ]
+    returned = signature.return_annotation
+    return signature.replace(parameters=written, return_annotation=_Written(returned) if isinstance(returned, str) else returned)
+
+
 def _doc(thing: Any) -> str:
     """A docstring as Markdown: its text, with the declared options (which options.md describes) as links."""
     text = inspect.cleandoc(thing.__doc__ or "")
@@ -120,7 +252,12 @@ def _doc(thing: Any) -> str:
     return text
 
 
-PAGES: dict[str, Callable[[], str]] = {"options.md": options_page, "magics.md": magics_page, "python.md": python_page}
+PAGES: dict[str, Callable[[], str]] = {
+    "options.md": options_page,
+    "magics.md": magics_page,
+    "python.md": python_page,
+    "recipes.md": recipes_page,
+}
 
 
 def stale_pages() -> list[str]:

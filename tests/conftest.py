@@ -45,12 +45,13 @@ collect_ignore = [] if os.environ.get("TPU_NB_TORCH_TPU_ENV") == "1" else ["torc
 
 
 # What takes longest (measured: docs/concepts/testing.md, "How long the tests take"): the tutorials (40-200 s
-# each), the real kernels (10-100 s), JupyterLab and the pod runs start kernels or processes and train; the
+# each), the real kernels (10-100 s; the README's quick start, 80 s), JupyterLab and the pod runs start kernels or processes and train; the
 # decoder families (30 s each) compile eight models.
 LONGEST = (
     "/tests/notebooks/",
     "/tests/browser/",
     "/tests/real_kernel/",
+    "/tests/test_readme.py",
     "/tests/kernel/pod/test_pod_run.py",
     "/tests/workers/trainer/test_families.py",
 )
@@ -92,7 +93,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def run_log_of_the_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Every run's record goes to a run log (tpu_nb/kernel/history/log.py), by default beside the notebook: the tests'
+    """Every run's record goes to a run log (tpu_nb/kernel/history/log.py), by default in the kernel's working directory: the tests'
     runs, and the kernels and tutorials they start, log into a directory of each pytest process's own, never the checkout."""
     previous = os.environ.get("TPU_NB_RUN_LOG")
     os.environ["TPU_NB_RUN_LOG"] = str(tmp_path_factory.mktemp("run_log"))

@@ -243,6 +243,13 @@ def test_help_documents_the_options(ip: InteractiveShell) -> None:
         assert option in doc
 
 
+def test_help_gives_every_default_that_is_a_value(ip: InteractiveShell) -> None:
+    """A default of 1 is a value to give (`1 == True` made `1 in (None, False, True, ())` hide it), a switch's is not."""
+    doc = " ".join(ip.magics_manager.magics["cell"]["tpu_train"].__doc__.split())
+    assert re.search(r"--cores-per-trial K\s.*?\bDefault: 1\.", doc), doc
+    assert "Default: True" not in doc and "Default: False" not in doc
+
+
 SYNCING_LOOP = """%%tpu_train OPTIONS
 import time, torch_xla
 layer = torch.nn.Linear(4, 1).to(device)

@@ -1,12 +1,16 @@
 """tpu_nb: fine-tune Hugging Face transformers on TPUs from a notebook.
 
 `%load_ext tpu_nb` registers the magics: `%tpu_info`, `%%tpu_train`,
-`%%tpu_prepare`, `%tpu_checkpoints`, `%tpu_release` and `%tpu_picker`. From
-Python: `tpu_nb.launch`, `tpu_nb.report`, `tpu_nb.pod.launch`,
-`tpu_nb.checkpoint`, `tpu_nb.spmd`, `tpu_nb.picker`, `tpu_nb.study`. Importing
-this package is cheap on purpose: every forked TPU worker imports it too, so
-IPython, ipywidgets, torch, torch_xla and Optuna are only imported where used
-(the options' declaration, read here for `launch`'s signature, is plain Python).
+`%%tpu_prepare`, `%tpu_checkpoints`, `%tpu_runs`, `%tpu_release`,
+`%tpu_picker` and `%tpu_selftest`. From Python: `tpu_nb.launch`,
+`tpu_nb.report`, `tpu_nb.pod.launch`, `tpu_nb.checkpoint`, `tpu_nb.spmd`,
+`tpu_nb.picker`, `tpu_nb.study`, `tpu_nb.selftest.run`, `tpu_nb.recipes`.
+Every public name: https://github.com/tpu-nb/tpu_nb/blob/main/docs/reference/python.md
+
+Importing this package is cheap on purpose: every forked TPU worker imports
+it too, so IPython, ipywidgets, torch, torch_xla and Optuna are only
+imported where used (the options' declaration, read here for `launch`'s
+signature, is plain Python).
 """
 
 from __future__ import annotations
@@ -67,6 +71,11 @@ def unload_ipython_extension(ipython: InteractiveShell) -> None:
 def launch(fn: Any, *args: Any, **options: Any) -> Any:
     """Run `fn(*args)` in a worker per XLA device (forked: no pickling) and return rank 0's result.
 
+    With `all_results=True`, a list of every rank's result. With `trials=`
+    (a sweep or a search), `fn` is called as `fn(*args, trial=values)` in
+    each trial's world (`values`: that trial's dict, e.g. {'fold': 2}), and
+    a `SweepResult` comes back: every trial's outcome (`.trials`), its value
+    (`.values`), the best by the compared metric (`.best`).
     With `background=True`, return at once a `BackgroundRun` handle (`status`,
     `wait()`, `stop()`, `kill()`, `metrics`, `result`, `stacks()`), with the
     same dashboard and Stop/Kill buttons as `%%tpu_train --background`.
@@ -87,17 +96,30 @@ def launch(fn: Any, *args: Any, **options: Any) -> Any:
 declare("launch", launch)
 
 
-def report(step: int | None = None, loss: Any = None, **metrics: Any) -> None:
-    """Send training progress from a worker (rate-limited: call it every step); see `tpu_nb.workers.cell_api.reporting.report`.
+def report(
+    step: int | None = None,
+    loss: Any = None,
+    *,
+    max_steps: int | None = None,
+    epoch: float | None = None,
+    batch_size: int | None = None,
+    tokens: Any = None,
+    samples: Any = None,
+    **metrics: Any,
+) -> None:
+    """Send a training step's progress from a worker to the notebook's live display (rate-limited: call it every step).
 
-    Besides `loss` and other metrics (numbers or tensors, read after the step
-    has run), `max_steps`, `epoch`, `batch_size`, and `tokens` and `samples`:
-    this rank's counts in this step (numbers or tensors, summed on the
-    device), for tokens/s, samples/s and MFU.
+    `loss` and other `metrics` (`eval_accuracy=...`) are numbers or XLA
+    tensors, read after the step has run. `max_steps` and `epoch` place
+    the step on the progress bar; `batch_size` (this rank's batch) counts
+    samples; `tokens` and `samples` are this rank's counts in this step
+    (numbers or tensors, summed on the device), for tokens/s, samples/s and
+    MFU. After an interrupt or Stop it raises `StopTraining` at the step
+    every rank agreed on. Outside a worker it does nothing.
     """
     from tpu_nb.workers.cell_api.reporting import report as _report
 
-    _report(step=step, loss=loss, **metrics)
+    _report(step=step, loss=loss, max_steps=max_steps, epoch=epoch, batch_size=batch_size, tokens=tokens, samples=samples, **metrics)
 
 
 def in_worker() -> bool:

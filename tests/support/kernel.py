@@ -69,14 +69,17 @@ class Kernel:
 
 
 @contextmanager
-def started_kernel(log: Path | None = None) -> Iterator[Kernel]:
+def started_kernel(log: Path | None = None, cwd: Path | None = None) -> Iterator[Kernel]:
     """A new kernel, as a notebook server starts one (in a session of its own), shut down on leaving; with `log`, the
-    kernel process's stderr (ipykernel's log, kept across restarts) is appended there instead of pytest's."""
+    kernel process's stderr (ipykernel's log, kept across restarts) is appended there instead of pytest's; with `cwd`,
+    it runs there (as a server starts it in the notebook's directory) instead of in pytest's."""
     notebook = nbformat.v4.new_notebook()
     client = NotebookClient(notebook, kernel_name="python3", timeout=120, allow_errors=True, store_widget_state=True)
     with ExitStack() as files:
         # nbclient hands these to the kernel manager's start_kernel, which hands them to the process's launch.
-        launch = {} if log is None else {"stderr": files.enter_context(log.open("ab"))}
+        launch: dict[str, object] = {} if log is None else {"stderr": files.enter_context(log.open("ab"))}
+        if cwd is not None:
+            launch["cwd"] = str(cwd)
         with client.setup_kernel(env=dict(os.environ, PJRT_DEVICE="CPU"), **launch):
             yield Kernel(client, notebook, log)
 

@@ -35,10 +35,15 @@ class CheckResult:
     """One check's result as the table and the JSON show it."""
 
     number: int
+    """Its place in the series, 1 to 14."""
     name: str
+    """Its short name in the JSON, e.g. "dashboard"."""
     title: str
+    """What it checks, in words, as the table shows it."""
     status: Status
+    """"passed", "failed" or "skipped"."""
     figures: dict[str, Figure]
+    """What it measured, by name (e.g. compilations_after_warm_up)."""
     seconds: float
     reason: str | None
     """Why it was skipped, or what failed and the fix; None when it passed."""
@@ -51,19 +56,26 @@ class SelftestReport:
     """A whole selftest: when, on what runtime, every check's result, and tpu_nb's log."""
 
     started_at: float
+    """When it started (Unix time)."""
     runtime: dict[str, Any]
+    """What `%tpu_info` saw: platform, TPU, devices, versions, problems."""
     results: tuple[CheckResult, ...]
+    """Every check's result, in order."""
     log: tuple[str, ...]
+    """tpu_nb's log lines during the series."""
 
     @property
     def failed(self) -> tuple[CheckResult, ...]:
+        """The checks that failed."""
         return tuple(result for result in self.results if result.status == "failed")
 
     @property
     def seconds(self) -> float:
+        """How long the checks took, in all."""
         return sum(result.seconds for result in self.results)
 
     def to_json(self) -> str:
+        """The report as the file holds it: a summary by status, the runtime, every result, the log."""
         payload = {
             "tool": "tpu_nb selftest",
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started_at)),
@@ -76,6 +88,7 @@ class SelftestReport:
         return json.dumps(payload, indent=2, default=str)
 
     def file_name(self) -> str:
+        """tpu_nb-selftest-<time>.json, the time it started."""
         return time.strftime("tpu_nb-selftest-%Y%m%d-%H%M%S.json", time.localtime(self.started_at))
 
     def write(self, directory: str | Path) -> Path:

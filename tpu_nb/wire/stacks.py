@@ -82,9 +82,9 @@ class StackReport:
     """Every rank's place when a run went quiet (or when asked), with a verdict in words and its fix."""
 
     reason: str  # "rank 1's step has not moved for 65s (the watchdog waits 60s)", or "asked for"
-    ranks: tuple[RankPlace, ...]
-    verdict: str
-    fix: str
+    ranks: tuple[RankPlace, ...]  # where each rank is, by rank
+    verdict: str  # what the places say, in words: "rank 1 is not in the collective the others wait in"
+    fix: str  # what to do about it
     unanswered: tuple[str, ...] = ()  # processes that gave no stacks, and why
     chips: str | None = None  # what the chips were doing, where the runtime's metrics say
 

@@ -1,3 +1,3 @@
-"""The run log: a record of every run beside the notebook (`log.py`), each record written and read safely (`run_record.py`), and
+"""The run log: a record of every run in the kernel's working directory (`log.py`), each record written and read safely (`run_record.py`), and
 `%tpu_runs`'s table and curves (`view.py`).
 """

@@ -1,4 +1,5 @@
-"""The run log: every run leaves a small record beside the notebook, so today's cells can be compared without rerunning them.
+"""The run log: every run leaves a small record in the kernel's working directory (or TPU_NB_RUN_LOG's), so today's
+cells can be compared without rerunning them.
 
 `tpu_nb_runs/runs.jsonl` in the notebook's directory (the kernel's working
 directory; `--run-log DIR` or `TPU_NB_RUN_LOG` to put it elsewhere, `off`

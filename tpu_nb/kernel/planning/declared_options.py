@@ -259,7 +259,7 @@ OPTIONS: tuple[Option, ...] = (
         str,
         None,
         "Where the run's record goes (options, trial, final and best metrics, curves, time, checkpoints; %tpu_runs shows "
-        "them): DIR, or 'off' for none. Default: TPU_NB_RUN_LOG if set, else tpu_nb_runs beside the notebook.",
+        "them): DIR, or 'off' for none. Default: TPU_NB_RUN_LOG if set, else tpu_nb_runs in the kernel's working directory.",
         metavar="DIR",
     ),
     Option(

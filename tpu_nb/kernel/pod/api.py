@@ -33,7 +33,9 @@ class PodResult:
     """What `tpu_nb.pod.launch` gives back: rank 0's value and its `returns` (a module as its state dict)."""
 
     value: Any
+    """Rank 0's value: the training cell's last line, or the function's return value."""
     returned: dict[str, Any]
+    """Each name of `returns` as rank 0 held it (a module as its state dict)."""
 
 
 def launch_function(

@@ -42,7 +42,7 @@ def study(
 
     `direction`, `sampler` and `pruner` are Optuna's (`optuna.create_study`'s defaults: TPE, and the median pruner).
     `storage` (default: `studies.db`, an SQLite file in the run log's directory, `run_log` or TPU_NB_RUN_LOG or
-    tpu_nb_runs beside the notebook) keeps every trial, so `--resume` continues the search after a kernel restart; with
+    tpu_nb_runs in the kernel's working directory) keeps every trial, so `--resume` continues the search after a kernel restart; with
     the run log off and no `storage`, the study is kept in memory only. Needs Optuna: pip install 'tpu_nb[search]'.
     """
     try:

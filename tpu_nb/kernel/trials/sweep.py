@@ -54,11 +54,18 @@ class TrialOutcome:
     """How one trial ended: its status, where it ran, its ending (None if it never started) and what it reported."""
 
     trial: Trial
+    """Its number (`trial.number`) and values (`trial.values`, e.g. {'fold': 2})."""
     status: str
+    """How it ended: "done", "stopped", "pruned", "failed", "interrupted", "timeout", or "not started"; a search's trials
+    finished before `--resume`: "done earlier", "pruned earlier", "failed earlier"."""
     where: str | None
+    """Where it ran, e.g. "chip 3", "chips 4-7", "cpu 2"; None where it never ran."""
     ending: Ending | None
+    """How its run ended (its results, its error); None if it never started."""
     metrics: tuple[Mapping[str, Any], ...]
+    """Every row it reported (`report(...)`, a Trainer's logs), in order."""
     seconds: float | None
+    """How long it ran; None where it never ran."""
     throughput: Throughput | None = None
     """Its speed after warm-up (tokens/s, MFU); None where it never ran."""
 
@@ -69,6 +76,7 @@ class TrialOutcome:
 
     @property
     def error(self) -> BaseException | None:
+        """What ended it with an error (a `WorkerError`, `WorkerDied`, ...); None otherwise."""
         return None if self.ending is None else self.ending.error
 
 

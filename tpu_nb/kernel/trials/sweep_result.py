@@ -26,6 +26,7 @@ class SweepResult:
         self.trials = tuple(outcomes)
         """Each trial's `TrialOutcome`: trial (its number and values), status, where, ending, metrics, final."""
         self.comparison = comparison
+        """The table shown as the cell's result: a row per trial, ranked by the compared metric (`--trials-metric`)."""
         self.study = study
         """A search's `optuna.Study` (every trial it holds, with its state and intermediate values); None for a grid."""
 
@@ -43,6 +44,7 @@ class SweepResult:
 
     @property
     def failed(self) -> list[TrialOutcome]:
+        """The trials that failed (an error in the cell, a worker that died), each with its `error`."""
         return [outcome for outcome in self.trials if outcome.status == "failed"]
 
     def metrics_frame(self) -> Any:
