@@ -4,6 +4,7 @@ where a step's time goes, as the dashboard shows it."""
 from __future__ import annotations
 
 import inspect
+import re
 import time
 
 import pytest
@@ -236,12 +237,15 @@ def test_a_short_run_with_a_per_step_item_is_a_host_sync(capsys: pytest.CaptureF
     tpu_nb.launch(short_loop, "fixed", True)
     [diagnosis] = diagnoses  # said once, at the run's end
     assert (diagnosis.key, diagnosis.title) == (HOST_READ, "Host syncs")
-    assert diagnosis.evidence.startswith("1.0 reads of a device value per step (measured over ")
+    # one read per step; the figure is over the last few steps the heartbeat saw, and on a loaded machine its window
+    # can end between a step and its read ("0.8 reads ... over 5 steps")
+    reads = re.match(r"(\d\.\d) reads of a device value per step \(measured over ", diagnosis.evidence)
+    assert reads is not None and 0.75 <= float(reads[1]) <= 1.25, diagnosis.evidence
     [place] = diagnosis.places
     assert place.startswith(f"test_probe.py, line {line_of(short_loop, 'loss.item()')}: print_me = loss.item()")
     assert place.endswith("(60 reads)")
     [said] = doctor_lines(capsys)
-    assert said.startswith("XLA doctor: Host syncs: 1.0 reads of a device value per step (measured over ")
+    assert said.startswith(f"XLA doctor: Host syncs: {reads[1]} reads of a device value per step (measured over ")
 
 
 def test_a_short_clean_run_shows_no_diagnosis(capsys: pytest.CaptureFixture[str], diagnoses: list[Diagnosis]) -> None:
