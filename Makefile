@@ -47,10 +47,10 @@ QUICKSTART_IN_BROWSER := $(if $(wildcard /usr/lib/chromium/chromium),--deselect 
 TEST_XLA_FLAGS := --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true
 TEST_ENV := PJRT_DEVICE=CPU PYTHONDONTWRITEBYTECODE= XLA_FLAGS="$(TEST_XLA_FLAGS)"
 
-# The tutorials, executed whole (tests/notebooks: each notebook in a real kernel; the quick start in JupyterLab), are
-# `make test-tutorials`: a third of the suite's CPU time (400 of 1,240 CPU-seconds measured, in eight tests of 40-160 s, before tutorial 08).
+# The tutorials, executed whole (tests/notebooks: each notebook in a real kernel; the quick start in JupyterLab; the
+# README's quick-start cells as printed, tests/test_readme.py), are `make test-tutorials`: a third of the suite's CPU time (400 of 1,240 CPU-seconds measured, in eight tests of 40-160 s, before tutorial 08).
 # `make test` is everything else, under 10 minutes; CI (.ci/run) runs both.
-TUTORIALS := tests/notebooks tests/browser/test_jupyterlab.py
+TUTORIALS := tests/notebooks tests/browser/test_jupyterlab.py tests/test_readme.py
 
 # Lint, types and the import contract between the rooms (setup.cfg) first: seconds.
 test: install
