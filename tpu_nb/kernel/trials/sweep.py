@@ -56,8 +56,8 @@ class TrialOutcome:
     trial: Trial
     """Its number (`trial.number`) and values (`trial.values`, e.g. {'fold': 2})."""
     status: str
-    """How it ended: "done", "stopped", "pruned", "failed", "interrupted", "timeout", or "not started"; a search's trials
-    finished before `--resume`: "done earlier", "pruned earlier", "failed earlier"."""
+    """How it ended: "done", "stopped", "pruned", "failed", "interrupted", "timeout", or "not started"; a trial finished
+    before `--resume`: "done earlier" (a grid's or a search's), and a search's "pruned earlier" or "failed earlier"."""
     where: str | None
     """Where it ran, e.g. "chip 3", "chips 4-7", "cpu 2"; None where it never ran."""
     ending: Ending | None
