@@ -38,6 +38,11 @@ def magic_refused(magic: str, undone: str, problems: str | Iterable[str]) -> Usa
     return UsageError(_worded(f"{magic} did not {undone}", problems))
 
 
+def call_refused(name: str, undone: str, problems: str | Iterable[str]) -> LaunchRefused:
+    """A Python entry that starts no run refusing, in `refused`'s words: "tpu_nb.study did not make the study:" then each problem."""
+    return LaunchRefused(_worded(f"{name} did not {undone}", problems))
+
+
 def _worded(header: str, problems: str | Iterable[str]) -> str:
     listed = [problems] if isinstance(problems, str) else list(problems)
     return f"{header}:\n" + "\n".join(f"- {problem}" for problem in listed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from tpu_nb.kernel.endings.notebook_errors import refused
+from tpu_nb.kernel.endings.notebook_errors import call_refused
 from tpu_nb.kernel.history.log import ENVIRONMENT_VARIABLE, log_directory
 from tpu_nb.kernel.notebook.cell_output import write_to_sys
 from tpu_nb.kernel.trials.search_plan import INSTALL
@@ -48,15 +48,19 @@ def study(
     try:
         import optuna
     except ImportError:
-        raise refused(f"tpu_nb.study needs Optuna, which is not installed here: {INSTALL} (or pip install optuna).") from None
+        raise call_refused(
+            "tpu_nb.study", "make the study", f"it needs Optuna, which is not installed here: {INSTALL} (or pip install optuna)."
+        ) from None
 
     if storage is None:
         try:
             storage = storage_beside_the_run_log(run_log)
         except OSError as error:
-            raise refused(
-                f"tpu_nb.study: the run log's directory cannot hold {STUDIES_FILE} ({error}): give storage='sqlite:///PATH', or "
-                f"another run_log (or {ENVIRONMENT_VARIABLE})."
+            raise call_refused(
+                "tpu_nb.study",
+                "make the study",
+                f"the run log's directory cannot hold {STUDIES_FILE} ({error}): give storage='sqlite:///PATH', or "
+                f"another run_log (or {ENVIRONMENT_VARIABLE}).",
             ) from None
         if storage is None:
             write_to_sys("stderr", f"tpu_nb: the run log is off, so study {name!r} is kept in memory: a kernel restart loses it.\n")
