@@ -48,6 +48,13 @@ def test_each_python_surface_shows_the_declared_options_as_keywords_with_their_d
             assert option.name in (function.__doc__ or "")
 
 
+def test_python_shows_what_an_option_takes_beyond_the_magics_text() -> None:
+    parameters = inspect.signature(tpu_nb.launch).parameters
+    assert str(parameters["trials"].annotation) == "str | Sequence[Mapping[str, Any]] | optuna.Study | None"
+    assert str(parameters["space"].annotation) == "str | Callable[[optuna.Trial], Mapping[str, Any]] | None"
+    assert str(parameters["n_trials"].annotation) == "int | None"
+
+
 def test_every_option_is_taken_somewhere_and_the_names_are_one_vocabulary() -> None:
     assert len(OPTION_NAMED) == len(OPTIONS)
     for option in OPTIONS:

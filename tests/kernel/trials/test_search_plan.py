@@ -77,7 +77,10 @@ def test_without_optuna_a_search_is_refused_with_the_line_that_installs_it(monke
     monkeypatch.setitem(sys.modules, "optuna", None)  # what `import optuna` meets where it is not installed
     with pytest.raises(SearchError, match=r"is a search with Optuna, which is not installed here: pip install 'tpu_nb\[search\]'"):
         plan_search("study", 8, "space", None, {})
-    with pytest.raises(LaunchRefused, match=r"tpu_nb.study did not make the study:\n- it needs Optuna, which is not installed here: pip install 'tpu_nb\[search\]'"):
+    with pytest.raises(
+        LaunchRefused,
+        match=r"tpu_nb.study did not make the study:\n- it needs Optuna, which is not installed here: pip install 'tpu_nb\[search\]'",
+    ):
         tpu_nb.study("my-search")
     with pytest.raises(LaunchRefused, match="pip install 'tpu_nb"):
         tpu_nb.launch(space, trials="study", n_trials=8, space=space)

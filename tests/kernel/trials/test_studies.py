@@ -41,5 +41,8 @@ def test_a_run_log_directory_the_system_refuses_is_refused_with_the_fix(tmp_path
         real(path, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "mkdir", read_only)
-    with pytest.raises(LaunchRefused, match=r"tpu_nb.study did not make the study:\n- the run log's directory cannot hold studies.db \(\[Errno 30\] Read-only file system"):
+    with pytest.raises(
+        LaunchRefused,
+        match=r"tpu_nb.study did not make the study:\n- the run log's directory cannot hold studies.db \(\[Errno 30\] Read-only file system",
+    ):
         tpu_nb.study("nowhere", run_log=str(tmp_path / "runs"))

@@ -50,6 +50,8 @@ class Option:
     """The magic's flag where the name cannot be a Python keyword (`--return`)."""
     optional_value: Any = None
     """What the flag means given without a value (`--resume` alone: True)."""
+    python_kind: str | None = None
+    """How Python's signature shows the option where it takes more than the magic's text (`trials`: a list or a study)."""
 
     @property
     def flag(self) -> str:
@@ -62,7 +64,7 @@ class Option:
         return self.help.format_map(_Spelled(surface))
 
     def annotation(self) -> _Shown:
-        kind = "Sequence[str]" if self.kind is list else self.kind.__name__
+        kind = self.python_kind or ("Sequence[str]" if self.kind is list else self.kind.__name__)
         if self.optional_value is not None:
             kind = f"{kind} | bool"
         return _Shown(kind if self.default is not None else f"{kind} | None")
@@ -274,6 +276,7 @@ OPTIONS: tuple[Option, ...] = (
         part="sweep",
         surfaces=ON_THIS_MACHINE,
         metavar="SPEC",
+        python_kind="str | Sequence[Mapping[str, Any]] | optuna.Study",
     ),
     Option(
         "n_trials",
@@ -294,6 +297,7 @@ OPTIONS: tuple[Option, ...] = (
         part="sweep",
         surfaces=ON_THIS_MACHINE,
         metavar="NAME",
+        python_kind="str | Callable[[optuna.Trial], Mapping[str, Any]]",
     ),
     Option(
         "cores_per_trial",
