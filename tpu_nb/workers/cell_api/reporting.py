@@ -334,8 +334,8 @@ def report(
         return
     # numpy's and torch's scalars (a step from np.arange, a tensor's count) become plain numbers,
     # which every path to the notebook can carry.
-    step, max_steps, batch_size = _plain(step, int), _plain(max_steps, int), _plain(batch_size, int)
-    epoch = _plain(epoch, float)
+    step, max_steps, batch_size = _number(step, int), _number(max_steps, int), _number(batch_size, int)
+    epoch = _number(epoch, float)
     reporter.step(step)
     stopping = reporter.should_stop(step)
     values = dict(metrics)
@@ -371,7 +371,8 @@ def report(
     reporter.dispatch(progress, values)
 
 
-def _plain(value: Any, kind: type[Any]) -> Any:
+def _number(value: Any, kind: type[Any]) -> Any:
+    """A step, epoch or size as a Python number (a tensor's `.item()`: these few are read at once), None kept."""
     if value is None:
         return None
     return kind(value.item() if hasattr(value, "item") else value)
