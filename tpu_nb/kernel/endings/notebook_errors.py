@@ -3,7 +3,7 @@
 The Python API raises tpu_nb's own classes, never IPython's `UsageError`
 itself: `LaunchRefused` when nothing started (built by `refused`, which writes
 its header; `magic_refused` words the refusals of the magics that start no run
-alike), `NotReturned` when a run ended but part of what it was to hand
+alike, `call_refused` those of a Python entry that starts none, `tpu_nb.study`), `NotReturned` when a run ended but part of what it was to hand
 back did not come back, `RunEnded` when a handle is asked what only a live
 run can answer. The magics show them as IPython shows a `UsageError`.
 """
